@@ -1,0 +1,226 @@
+"""The EValue kinds and how plain Python / numpy / torch values map onto them.
+
+Mapping (documented in README "Values"):
+
+=====================  =====================  ==========================
+Python value           EValue kind            comes back as
+=====================  =====================  ==========================
+None                   None                   None
+bool, numpy.bool_      Bool                   bool
+int, numpy.integer     Int (int64; checked)   int
+float, numpy.floating  Double                 float
+str                    String (UTF-8)         str
+bytes, bytearray,      String (raw bytes)     bytes
+memoryview
+numpy.ndarray          Tensor                 numpy.ndarray (zero-copy view)
+torch.Tensor           Tensor                 numpy.ndarray
+list/tuple of bool     ListBool               list[bool]
+list/tuple of int      ListInt                list[int]
+list/tuple of float    ListDouble             list[float]
+list/tuple of arrays   ListTensor             list[numpy.ndarray]
+arrays and Nones       ListOptionalTensor     list[numpy.ndarray | None]
+empty list/tuple       ListInt                []
+=====================  =====================  ==========================
+
+A list mixing ints and floats (or other kinds) is ambiguous and raises EncodeError; wrap it
+(``ListDouble([1, 2.5])``) to say what you mean. The typed wrappers force a kind for any value.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from .dtypes import BFLOAT16, dtype_code
+from .errors import EncodeError
+
+INT64_MIN = -(1 << 63)
+INT64_MAX = (1 << 63) - 1
+MAX_RANK = 64  # numpy's own limit on dimensions
+
+
+class Kind(enum.IntEnum):
+    """EValue tags, numbered as in ExecuTorch's ``Tag`` enum."""
+
+    NONE = 0
+    TENSOR = 1
+    STRING = 2
+    DOUBLE = 3
+    INT = 4
+    BOOL = 5
+    LIST_BOOL = 6
+    LIST_DOUBLE = 7
+    LIST_INT = 8
+    LIST_TENSOR = 9
+    LIST_OPTIONAL_TENSOR = 11
+
+
+class Typed(NamedTuple):
+    """A value with an explicit kind; build it with the helpers below (``Int(3)``...)."""
+
+    kind: Kind
+    value: Any
+
+
+def Tensor(value: Any) -> Typed:  # noqa: N802 - reads like a type, as in ExecuTorch
+    return Typed(Kind.TENSOR, value)
+
+
+def String(value: str | bytes) -> Typed:  # noqa: N802
+    return Typed(Kind.STRING, value)
+
+
+def Double(value: float) -> Typed:  # noqa: N802
+    return Typed(Kind.DOUBLE, value)
+
+
+def Int(value: int) -> Typed:  # noqa: N802
+    return Typed(Kind.INT, value)
+
+
+def Bool(value: bool) -> Typed:  # noqa: N802
+    return Typed(Kind.BOOL, value)
+
+
+def ListBool(value: Any) -> Typed:  # noqa: N802
+    return Typed(Kind.LIST_BOOL, value)
+
+
+def ListDouble(value: Any) -> Typed:  # noqa: N802
+    return Typed(Kind.LIST_DOUBLE, value)
+
+
+def ListInt(value: Any) -> Typed:  # noqa: N802
+    return Typed(Kind.LIST_INT, value)
+
+
+def ListTensor(value: Any) -> Typed:  # noqa: N802
+    return Typed(Kind.LIST_TENSOR, value)
+
+
+def ListOptionalTensor(value: Any) -> Typed:  # noqa: N802
+    return Typed(Kind.LIST_OPTIONAL_TENSOR, value)
+
+
+def _is_torch_tensor(value: Any) -> bool:
+    # Checked by name so that importing evalue_store never imports torch.
+    cls = type(value)
+    return cls.__module__.startswith("torch") and cls.__name__ in ("Tensor", "Parameter")
+
+
+def as_array(value: Any) -> np.ndarray:
+    """A numpy array for a tensor-like value (ndarray, torch.Tensor, nested lists)."""
+    if isinstance(value, np.ndarray):
+        array = value
+    elif _is_torch_tensor(value):
+        array = _torch_to_numpy(value)
+    else:
+        array = np.asarray(value)
+    if array.dtype.name == "bfloat16" and array.dtype != BFLOAT16:  # ml_dtypes.bfloat16
+        array = array.view("<u2").view(BFLOAT16)
+    dtype_code(array.dtype)  # raises EncodeError for dtypes without a ScalarType
+    if array.ndim > MAX_RANK:
+        raise EncodeError(f"tensor rank {array.ndim} exceeds {MAX_RANK}")
+    return array
+
+
+def _torch_to_numpy(tensor: Any) -> np.ndarray:
+    import torch
+
+    tensor = tensor.detach()
+    if tensor.device.type != "cpu":
+        tensor = tensor.cpu()
+    if tensor.dtype == torch.bfloat16:
+        return tensor.view(torch.int16).numpy().view(BFLOAT16)
+    return tensor.numpy()
+
+
+def check_int(value: Any) -> int:
+    number = int(value)
+    if not INT64_MIN <= number <= INT64_MAX:
+        raise EncodeError(f"int {number} does not fit in int64")
+    return number
+
+
+def _list_kind(items: list[Any]) -> Kind:
+    if not items:
+        return Kind.LIST_INT
+    if all(isinstance(x, (bool, np.bool_)) for x in items):
+        return Kind.LIST_BOOL
+    if all(isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_)) for x in items):
+        return Kind.LIST_INT
+    if all(isinstance(x, (float, np.floating)) for x in items):
+        return Kind.LIST_DOUBLE
+    tensors = [x is None or isinstance(x, np.ndarray) or _is_torch_tensor(x) for x in items]
+    if all(tensors):
+        return Kind.LIST_OPTIONAL_TENSOR if any(x is None for x in items) else Kind.LIST_TENSOR
+    kinds = sorted({type(x).__name__ for x in items})
+    raise EncodeError(
+        f"list mixes {', '.join(kinds)}: wrap it (ListDouble, ListInt, ...) to choose a kind"
+    )
+
+
+def classify(value: Any) -> tuple[Kind, Any]:
+    """The kind of a value and the value normalized for encoding.
+
+    Normalized forms: Tensor -> ndarray, String -> str or bytes, Double -> float,
+    Int -> int, Bool -> bool, lists -> list of normalized items, None -> None.
+    """
+    if isinstance(value, Typed):
+        return value.kind, _coerce(value.kind, value.value)
+    if value is None:
+        return Kind.NONE, None
+    if isinstance(value, (bool, np.bool_)):
+        return Kind.BOOL, bool(value)
+    if isinstance(value, (int, np.integer)):
+        return Kind.INT, check_int(value)
+    if isinstance(value, (float, np.floating)):
+        return Kind.DOUBLE, float(value)
+    if isinstance(value, str):
+        return Kind.STRING, value
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return Kind.STRING, bytes(value)
+    if isinstance(value, np.ndarray) or _is_torch_tensor(value):
+        return Kind.TENSOR, as_array(value)
+    if isinstance(value, (list, tuple)):
+        items = list(value)
+        kind = _list_kind(items)
+        return kind, _coerce(kind, items)
+    raise EncodeError(f"no EValue kind for a value of type {type(value).__name__}")
+
+
+def _coerce(kind: Kind, value: Any) -> Any:
+    try:
+        kind = Kind(kind)
+    except ValueError:
+        raise EncodeError(f"unknown EValue kind {kind!r}") from None
+    if kind is Kind.NONE:
+        if value is not None:
+            raise EncodeError("the None kind holds no value")
+        return None
+    if kind is Kind.TENSOR:
+        return as_array(value)
+    if kind is Kind.STRING:
+        if isinstance(value, str):
+            return value
+        if isinstance(value, (bytes, bytearray, memoryview)):
+            return bytes(value)
+        raise EncodeError(f"String needs str or bytes, not {type(value).__name__}")
+    if kind is Kind.DOUBLE:
+        return float(value)
+    if kind is Kind.INT:
+        return check_int(value)
+    if kind is Kind.BOOL:
+        return bool(value)
+    items = list(value)
+    if kind is Kind.LIST_BOOL:
+        return [bool(x) for x in items]
+    if kind is Kind.LIST_DOUBLE:
+        return [float(x) for x in items]
+    if kind is Kind.LIST_INT:
+        return [check_int(x) for x in items]
+    if kind is Kind.LIST_TENSOR:
+        return [as_array(x) for x in items]
+    return [None if x is None else as_array(x) for x in items]
