@@ -2,6 +2,8 @@
 
 from .dtypes import BFLOAT16, bfloat16_to_float32, float32_to_bfloat16
 from .errors import EncodeError, FormatError, WriterLockedError
+from .reader import Dataset, VerifyReport
+from .reader import open_dataset as open
 from .values import (
     Bool,
     Double,
@@ -19,8 +21,16 @@ from .values import (
 
 __version__ = "0.1.0"
 
+from .writer import Salvage, Writer, recover  # noqa: E402  (writer records __version__)
+
 __all__ = [
     "BFLOAT16",
+    "Dataset",
+    "Salvage",
+    "VerifyReport",
+    "Writer",
+    "open",
+    "recover",
     "Bool",
     "Double",
     "EncodeError",

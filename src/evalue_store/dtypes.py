@@ -42,13 +42,21 @@ _KIND_SIZE_TO_CODE: dict[tuple[str, int], int] = {
 }
 
 
+_CODE_CACHE: dict[np.dtype, int] = {}
+
+
 def dtype_code(dtype: np.dtype) -> int:
     """The ScalarType code for a numpy dtype, or EncodeError if it has none."""
-    if dtype == BFLOAT16 or dtype.name == "bfloat16":
-        return 15
-    code = _KIND_SIZE_TO_CODE.get((dtype.kind, dtype.itemsize))
-    if code is None:
-        raise EncodeError(f"numpy dtype {dtype} has no ExecuTorch ScalarType")
+    code = _CODE_CACHE.get(dtype)
+    if code is not None:
+        return code
+    if dtype == BFLOAT16 or dtype.name == "bfloat16":  # ours, or ml_dtypes.bfloat16
+        code = 15
+    else:
+        code = _KIND_SIZE_TO_CODE.get((dtype.kind, dtype.itemsize))
+        if code is None or dtype.fields is not None:
+            raise EncodeError(f"numpy dtype {dtype} has no ExecuTorch ScalarType")
+    _CODE_CACHE[dtype] = code
     return code
 
 

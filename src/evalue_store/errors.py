@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
 
 class FormatError(ValueError):
     """Bytes that do not follow docs/FORMAT.md: truncated, corrupted or hostile input.
@@ -12,7 +10,7 @@ class FormatError(ValueError):
     place), ``path`` the file it came from (None for in-memory buffers).
     """
 
-    def __init__(self, reason: str, offset: Optional[int] = None, path: Optional[str] = None):
+    def __init__(self, reason: str, offset: int | None = None, path: str | None = None):
         self.reason = reason
         self.offset = offset
         self.path = path

@@ -118,8 +118,6 @@ def as_array(value: Any) -> np.ndarray:
         array = _torch_to_numpy(value)
     else:
         array = np.asarray(value)
-    if array.dtype.name == "bfloat16" and array.dtype != BFLOAT16:  # ml_dtypes.bfloat16
-        array = array.view("<u2").view(BFLOAT16)
     dtype_code(array.dtype)  # raises EncodeError for dtypes without a ScalarType
     if array.ndim > MAX_RANK:
         raise EncodeError(f"tensor rank {array.ndim} exceeds {MAX_RANK}")
@@ -138,6 +136,8 @@ def _torch_to_numpy(tensor: Any) -> np.ndarray:
 
 
 def check_int(value: Any) -> int:
+    if isinstance(value, float) and not value.is_integer():
+        raise EncodeError(f"Int needs an integer, not {value!r}")
     number = int(value)
     if not INT64_MIN <= number <= INT64_MAX:
         raise EncodeError(f"int {number} does not fit in int64")
@@ -168,6 +168,13 @@ def classify(value: Any) -> tuple[Kind, Any]:
     Normalized forms: Tensor -> ndarray, String -> str or bytes, Double -> float,
     Int -> int, Bool -> bool, lists -> list of normalized items, None -> None.
     """
+    cls = type(value)
+    if cls is np.ndarray:
+        return Kind.TENSOR, as_array(value)
+    if cls is int:
+        return Kind.INT, check_int(value)
+    if cls is str:
+        return Kind.STRING, value
     if isinstance(value, Typed):
         return value.kind, _coerce(value.kind, value.value)
     if value is None:

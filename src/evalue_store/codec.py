@@ -1,0 +1,309 @@
+"""Native record codec: one EValue[] record <-> little-endian bytes with aligned tensor data.
+
+A record payload starts right after its 16-byte frame header. Tensor data is padded so it
+starts at a multiple of the file's alignment counted from the frame start; frames start at
+aligned file offsets, so mapped tensors are aligned in memory too. See docs/FORMAT.md.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .container import FRAME, FRAME_MAGIC, FRAME_SIZE
+from .dtypes import CODE_TO_DTYPE, dtype_code
+from .errors import EncodeError, FormatError
+from .values import MAX_RANK, Kind, classify
+
+_U8 = struct.Struct("<B")
+_U32 = struct.Struct("<I")
+_U64 = struct.Struct("<Q")
+_I64 = struct.Struct("<q")
+_F64 = struct.Struct("<d")
+_TAG_U8 = struct.Struct("<BB")
+_TAG_I64 = struct.Struct("<Bq")
+_TAG_F64 = struct.Struct("<Bd")
+_TAG_U64 = struct.Struct("<BQ")
+_STRING_HEAD = struct.Struct("<BBQ")  # tag, subtype, byte length
+_TENSOR_HEAD = struct.Struct("<BBBB")  # tag, dtype code, rank, flags
+
+STRING_UTF8 = 0
+STRING_BYTES = 1
+TENSOR_DIM_ORDER = 1  # flag: a dim-order permutation follows the dims
+MAX_VALUES = 1 << 20  # values in one record; a header claiming more is hostile
+
+_LIST_ITEM = {Kind.LIST_BOOL: ("<u1", 1), Kind.LIST_INT: ("<i8", 8), Kind.LIST_DOUBLE: ("<f8", 8)}
+
+
+# ----------------------------------------------------------------------------- encoding
+
+
+BIG_PART = 1 << 16  # tensor data at least this large is written from the caller's array
+
+
+class _Builder:
+    """Accumulates one record frame: small pieces are copied into ``cur``, big tensors are
+    kept as references so that they are written without an extra copy."""
+
+    __slots__ = ("chunks", "cur", "base", "alignment")
+
+    def __init__(self, alignment: int):
+        self.chunks: list[Any] = []
+        self.cur = bytearray(FRAME_SIZE)  # the frame header, filled in at the end
+        self.base = 0  # bytes in ``chunks``
+        self.alignment = alignment
+
+    @property
+    def pos(self) -> int:
+        """Bytes so far, counted from the frame start."""
+        return self.base + len(self.cur)
+
+    def pad(self) -> None:
+        self.cur.extend(bytes(-self.pos & (self.alignment - 1)))
+
+    def add_array(self, flat: np.ndarray) -> None:
+        if flat.nbytes < BIG_PART:
+            self.cur.extend(flat)
+        else:
+            self.chunks.append(self.cur)
+            self.chunks.append(flat)
+            self.base += len(self.cur) + flat.nbytes
+            self.cur = bytearray()
+
+
+_DIMS = [struct.Struct(f"<{rank}Q") for rank in range(MAX_RANK + 1)]
+
+
+def _memory_layout(array: np.ndarray) -> tuple[np.ndarray, tuple[int, ...] | None]:
+    """The bytes to store (little-endian, dense) and the dim order they are in.
+
+    A C-contiguous array needs no dim order. An array that is dense in some other axis order
+    (channels-last, a transpose) is stored as it sits in memory with that order, so it comes
+    back as the same strided view without a copy. Anything else is copied to C order.
+    """
+    if array.dtype.byteorder == ">":
+        array = array.astype(array.dtype.newbyteorder("<"), order="K")
+    if array.flags.c_contiguous:
+        return array, None
+    order = tuple(int(k) for k in np.argsort([-s for s in array.strides], kind="stable"))
+    dense = array.transpose(order)
+    if dense.flags.c_contiguous:
+        return dense, order
+    return np.ascontiguousarray(array), None
+
+
+def _encode_tensor(out: _Builder, array: np.ndarray) -> None:
+    data, order = _memory_layout(array)
+    rank = array.ndim
+    cur = out.cur
+    cur += _TENSOR_HEAD.pack(Kind.TENSOR, dtype_code(array.dtype), rank, 1 if order else 0)
+    cur += _DIMS[rank].pack(*array.shape)
+    if order:
+        cur += bytes(order)
+    out.pad()
+    out.add_array(data.reshape(-1).view(np.uint8) if data.nbytes >= BIG_PART else data)
+
+
+def _encode_value(out: _Builder, value: Any, kind: Kind | None = None) -> None:
+    if kind is None:
+        kind, value = classify(value)
+    if kind is Kind.TENSOR:
+        _encode_tensor(out, value)
+    elif kind is Kind.INT:
+        out.cur += _TAG_I64.pack(4, value)
+    elif kind is Kind.STRING:
+        if isinstance(value, str):
+            try:
+                data = value.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise EncodeError(f"string is not encodable as UTF-8: {exc.reason}") from None
+            subtype = STRING_UTF8
+        else:
+            data, subtype = value, STRING_BYTES
+        out.cur += _STRING_HEAD.pack(2, subtype, len(data))
+        out.cur += data
+    elif kind is Kind.DOUBLE:
+        out.cur += _TAG_F64.pack(3, value)
+    elif kind is Kind.BOOL:
+        out.cur += _TAG_U8.pack(5, value)
+    elif kind is Kind.NONE:
+        out.cur += b"\x00"
+    elif kind in _LIST_ITEM:
+        out.cur += _TAG_U64.pack(kind, len(value))
+        out.cur += np.asarray(value, dtype=_LIST_ITEM[kind][0]).tobytes()
+    else:  # LIST_TENSOR, LIST_OPTIONAL_TENSOR
+        out.cur += _TAG_U64.pack(kind, len(value))
+        for item in value:
+            _encode_value(out, item, Kind.NONE if item is None else Kind.TENSOR)
+
+
+def encode_record(values: Sequence[Any], alignment: int) -> tuple[list[Any], int, int]:
+    """Encode one record frame. Returns (chunks, payload length, payload crc32).
+
+    The chunks, written in order, are the whole frame (header included) followed by zero
+    padding up to the next multiple of ``alignment``; big tensor data chunks are views of
+    the caller's arrays, not copies.
+    """
+    if isinstance(values, (str, bytes, np.ndarray)) or not hasattr(values, "__len__"):
+        raise EncodeError(f"a record is a list of values, not {type(values).__name__}")
+    if len(values) > MAX_VALUES:
+        raise EncodeError(f"a record holds at most {MAX_VALUES} values")
+    out = _Builder(alignment)
+    out.cur += _U32.pack(len(values))
+    for value in values:
+        _encode_value(out, value)
+    length = out.pos - FRAME_SIZE
+    chunks = out.chunks
+    chunks.append(out.cur)
+    first = chunks[0]
+    with memoryview(first) as view:
+        crc = zlib.crc32(view[FRAME_SIZE:])
+    for chunk in chunks[1:]:
+        crc = zlib.crc32(chunk, crc)
+    FRAME.pack_into(first, 0, FRAME_MAGIC, crc, length)
+    out.pad()  # trailing padding, so the next block starts aligned
+    return chunks, length, crc
+
+
+# ----------------------------------------------------------------------------- decoding
+
+
+def _tensor_strides(shape: tuple[int, ...], order: bytes, itemsize: int) -> tuple[int, ...]:
+    strides = [0] * len(shape)
+    step = itemsize
+    for axis in reversed(order):
+        strides[axis] = step
+        step *= shape[axis]
+    return tuple(strides)
+
+
+class _Reader:
+    """Decodes values from ``buf[start:end]``; ``frame`` is where the record frame starts."""
+
+    __slots__ = ("buf", "pos", "end", "frame", "alignment")
+
+    def __init__(self, buf: Any, pos: int, end: int, frame: int, alignment: int):
+        self.buf = buf
+        self.pos = pos
+        self.end = end
+        self.frame = frame
+        self.alignment = alignment
+
+    def need(self, n: int, what: str) -> int:
+        pos = self.pos
+        if n > self.end - pos:
+            raise FormatError(f"truncated {what}: needs {n} bytes, {self.end - pos} left", pos)
+        self.pos = pos + n
+        return pos
+
+    def value(self, allowed: Any = None) -> Any:
+        buf = self.buf
+        at = self.need(1, "value tag")
+        tag = buf[at]
+        if allowed is not None and tag not in allowed:
+            raise FormatError(f"tag {tag} not allowed inside a list of tensors", at)
+        if tag == 1:
+            return self.tensor(at)
+        if tag == 4:
+            return _I64.unpack_from(buf, self.need(8, "Int"))[0]
+        if tag == 2:
+            return self.string(at)
+        if tag == 3:
+            return _F64.unpack_from(buf, self.need(8, "Double"))[0]
+        if tag == 5:
+            byte = buf[self.need(1, "Bool")]
+            if byte > 1:
+                raise FormatError(f"Bool byte {byte} is neither 0 nor 1", self.pos - 1)
+            return byte == 1
+        if tag == 0:
+            return None
+        if tag in (6, 7, 8):
+            return self.scalar_list(Kind(tag))
+        if tag in (9, 11):
+            count = _U64.unpack_from(buf, self.need(8, "list length"))[0]
+            if count > self.end - self.pos:  # every item takes at least one byte
+                raise FormatError(f"list claims {count} items, more than its bytes", at)
+            items = (1,) if tag == 9 else (0, 1)
+            return [self.value(items) for _ in range(count)]
+        raise FormatError(f"unknown value tag {tag}", at)
+
+    def string(self, at: int) -> Any:
+        subtype, length = struct.unpack_from("<BQ", self.buf, self.need(9, "String header"))
+        start = self.need(length, "String")
+        raw = bytes(self.buf[start : start + length])
+        if subtype == STRING_BYTES:
+            return raw
+        if subtype != STRING_UTF8:
+            raise FormatError(f"unknown String subtype {subtype}", at + 1)
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise FormatError(f"invalid UTF-8 in String: {exc.reason}", start + exc.start) from None
+
+    def scalar_list(self, kind: Kind) -> list:
+        count = _U64.unpack_from(self.buf, self.need(8, "list length"))[0]
+        item_dtype, itemsize = _LIST_ITEM[kind]
+        if count > (self.end - self.pos) // itemsize:
+            raise FormatError(f"list claims {count} items, more than its bytes", self.pos - 8)
+        start = self.need(count * itemsize, "list items")
+        items = np.frombuffer(self.buf, item_dtype, count, start)
+        if kind is Kind.LIST_BOOL:
+            if count and items.max() > 1:
+                raise FormatError("ListBool item is neither 0 nor 1", start)
+            return [bool(x) for x in items]
+        return items.tolist()
+
+    def tensor(self, at: int) -> np.ndarray:
+        buf = self.buf
+        code, rank, flags = struct.unpack_from("<BBB", buf, self.need(3, "Tensor header"))
+        dtype = CODE_TO_DTYPE.get(code)
+        if dtype is None:
+            raise FormatError(f"unknown tensor dtype code {code}", at + 1)
+        if rank > MAX_RANK:
+            raise FormatError(f"tensor rank {rank} exceeds {MAX_RANK}", at + 2)
+        if flags & ~TENSOR_DIM_ORDER:
+            raise FormatError(f"unknown tensor flags {flags:#x}", at + 3)
+        shape = struct.unpack_from(f"<{rank}Q", buf, self.need(8 * rank, "Tensor dims"))
+        if flags:
+            order = bytes(buf[self.need(rank, "dim order") : self.pos])
+            if sorted(order) != list(range(rank)):
+                raise FormatError(f"dim order {list(order)} is not a permutation", self.pos - rank)
+        else:
+            order = None
+        data = self.frame + -(-(self.pos - self.frame) // self.alignment) * self.alignment
+        nbytes = extent = dtype.itemsize
+        for dim in shape:
+            nbytes *= dim
+            extent *= max(dim, 1)
+        if extent >= 1 << 63:
+            raise FormatError(f"tensor dims {list(shape)} overflow 64-bit sizes", at + 4)
+        if data > self.end or nbytes > self.end - data:
+            raise FormatError(f"tensor data ({nbytes} bytes) runs past the record", data)
+        self.pos = data + nbytes
+        strides = _tensor_strides(shape, order, dtype.itemsize) if order else None
+        array = np.ndarray(shape, dtype, buffer=buf, offset=data, strides=strides)
+        if code == 11 and nbytes and array.view(np.uint8).max() > 1:
+            raise FormatError("bool tensor holds a byte other than 0 or 1", data)
+        return array
+
+
+def decode_payload(buf: Any, frame: int, length: int, alignment: int) -> list:
+    """Decode the record whose frame starts at ``buf[frame]`` and has a ``length``-byte payload.
+
+    Tensors are views into ``buf``. Raises FormatError for anything malformed, including
+    bytes left over after the last value.
+    """
+    start = frame + FRAME_SIZE
+    reader = _Reader(buf, start, start + length, frame, alignment)
+    count = _U32.unpack_from(buf, reader.need(4, "value count"))[0]
+    if count > length:
+        raise FormatError(f"record claims {count} values in {length} bytes", start)
+    values = [reader.value() for _ in range(count)]
+    if reader.pos != reader.end:
+        raise FormatError(f"{reader.end - reader.pos} bytes left after the last value", reader.pos)
+    return values
+

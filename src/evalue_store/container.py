@@ -1,0 +1,296 @@
+"""Byte layout of the container: header, record frames, index segments, footers.
+
+Everything here follows docs/FORMAT.md; the functions parse untrusted bytes and raise
+FormatError naming the offset and the reason. All integers are little-endian.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import zlib
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from .errors import FormatError
+
+MAGIC = b"\x89EVS\r\n\x1a\n"
+VERSION_MAJOR = 1
+VERSION_MINOR = 0
+KNOWN_FLAGS = 0  # no header flag is defined in version 1.0
+
+MIN_ALIGNMENT = 8
+MAX_ALIGNMENT = 1 << 16
+DEFAULT_ALIGNMENT = 64
+MAX_WRITER_INFO = 1024
+MAX_SEGMENTS = 4096
+MAX_METADATA = 64 << 20
+
+# header: magic, major, minor, flags, alignment, header_length, file_id, created_ns, writer_len
+HEADER_FIXED = struct.Struct("<8sHHIII16sQH")
+HEADER_MIN = HEADER_FIXED.size + 4  # plus the crc32 after the writer info
+
+# record frame header: magic, crc32 of payload, payload length
+FRAME = struct.Struct("<4sIQ")
+FRAME_MAGIC = b"EVR1"
+FRAME_SIZE = FRAME.size
+
+# index entry: record frame offset, payload length, payload crc32, reserved (0)
+ENTRY = struct.Struct("<QQII")
+ENTRY_SIZE = ENTRY.size
+ENTRY_DTYPE = np.dtype([("offset", "<u8"), ("length", "<u8"), ("crc", "<u4"), ("reserved", "<u4")])
+
+# footer: magic, file_id, commit, record_count, prev_footer, metadata offset/length/crc, n_segments
+FOOTER_FIXED = struct.Struct("<8s16sQQQQQII")
+FOOTER_MAGIC = b"EVSFOOT1"
+SEGMENT = struct.Struct("<QQII")  # offset, record count, crc32 of its entries, level
+TRAILER = struct.Struct("<QII8s")  # footer offset, footer length, crc32, end magic
+TRAILER_MAGIC = b"EVSEND01"
+
+
+def align_up(value: int, alignment: int) -> int:
+    return (value + alignment - 1) & ~(alignment - 1)
+
+
+def crc32(data, start: int = 0) -> int:
+    return zlib.crc32(data, start) & 0xFFFFFFFF
+
+
+@dataclass(frozen=True)
+class Header:
+    alignment: int
+    file_id: bytes
+    created_ns: int
+    writer: str
+    minor: int
+    data_start: int  # first block offset: header length rounded up to the alignment
+
+
+def encode_header(alignment: int, file_id: bytes, created_ns: int, writer: str) -> bytes:
+    info = writer.encode("utf-8")[:MAX_WRITER_INFO]
+    length = HEADER_FIXED.size + len(info) + 4
+    fixed = HEADER_FIXED.pack(
+        MAGIC, VERSION_MAJOR, VERSION_MINOR, 0, alignment, length, file_id, created_ns, len(info)
+    )
+    body = fixed + info
+    body += struct.pack("<I", crc32(body))
+    return body + bytes(align_up(length, alignment) - length)
+
+
+def parse_header(read: Callable[[int, int], bytes], size: int) -> Header:
+    """Parse and check the header; ``read(offset, n)`` returns file bytes."""
+    if size == 0:
+        raise FormatError("empty file, not an evalue_store container", 0)
+    head = bytes(read(0, min(size, HEADER_FIXED.size)))
+    if len(head) < len(MAGIC) or head[: len(MAGIC)] != MAGIC:
+        raise FormatError("bad magic: not an evalue_store container", 0)
+    if len(head) < HEADER_FIXED.size:
+        raise FormatError(f"truncated header: file has {size} bytes", size)
+    magic, major, minor, flags, alignment, length, file_id, created, wlen = HEADER_FIXED.unpack(
+        head
+    )
+    if major != VERSION_MAJOR:
+        raise FormatError(f"unsupported format version {major}.{minor} (reader knows 1.x)", 8)
+    if flags & ~KNOWN_FLAGS:
+        raise FormatError(f"unknown header flags {flags:#x}", 12)
+    if alignment & (alignment - 1) or not MIN_ALIGNMENT <= alignment <= MAX_ALIGNMENT:
+        raise FormatError(f"alignment {alignment} is not a power of two in [8, 65536]", 16)
+    if wlen > MAX_WRITER_INFO or length != HEADER_FIXED.size + wlen + 4:
+        raise FormatError(f"header length {length} disagrees with writer info length {wlen}", 20)
+    data_start = align_up(length, alignment)
+    if size < data_start:
+        raise FormatError(f"truncated header: needs {data_start} bytes, file has {size}", size)
+    body = bytes(read(0, length))
+    (stored,) = struct.unpack_from("<I", body, length - 4)
+    if crc32(body[: length - 4]) != stored:
+        raise FormatError("header checksum mismatch", length - 4)
+    writer = body[HEADER_FIXED.size : HEADER_FIXED.size + wlen].decode("utf-8", "replace")
+    return Header(alignment, file_id, created, writer, minor, data_start)
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One index segment: ``count`` entries of ENTRY_SIZE bytes at ``offset``."""
+
+    offset: int
+    count: int
+    crc: int
+    level: int
+
+
+@dataclass(frozen=True)
+class Commit:
+    """The state a footer describes. ``end`` is the offset just past the footer."""
+
+    number: int
+    record_count: int
+    footer_offset: int
+    end: int
+    prev_footer: int
+    metadata_offset: int
+    metadata_length: int
+    metadata_crc: int
+    segments: tuple[Segment, ...] = field(default_factory=tuple)
+
+
+def encode_footer(offset: int, file_id: bytes, commit: Commit) -> bytes:
+    parts = [
+        FOOTER_FIXED.pack(
+            FOOTER_MAGIC,
+            file_id,
+            commit.number,
+            commit.record_count,
+            commit.prev_footer,
+            commit.metadata_offset,
+            commit.metadata_length,
+            commit.metadata_crc,
+            len(commit.segments),
+        )
+    ]
+    parts += [SEGMENT.pack(s.offset, s.count, s.crc, s.level) for s in commit.segments]
+    body = b"".join(parts)
+    length = len(body) + TRAILER.size
+    head = body + struct.pack("<QI", offset, length)
+    return head + struct.pack("<I", crc32(head)) + TRAILER_MAGIC
+
+
+def empty_commit(data_start: int) -> Commit:
+    """The state of a file with no valid footer: no records, everything after the header is tail."""
+    return Commit(0, 0, 0, data_start, 0, 0, 0, 0, ())
+
+
+def parse_footer_at(
+    read: Callable[[int, int], bytes], trailer_end: int, header: Header
+) -> Commit | None:
+    """The commit whose trailer ends at ``trailer_end``, or None if no valid footer ends there.
+
+    None (not an error) because a torn or overwritten footer is exactly what a crash leaves
+    behind; the caller then looks further back.
+    """
+    if trailer_end - TRAILER.size < header.data_start:
+        return None
+    trailer = bytes(read(trailer_end - TRAILER.size, TRAILER.size))
+    offset, length, stored_crc, magic = TRAILER.unpack(trailer)
+    if magic != TRAILER_MAGIC or offset % header.alignment or offset < header.data_start:
+        return None
+    fixed_and_trailer = FOOTER_FIXED.size + TRAILER.size
+    if length < fixed_and_trailer or offset + length != trailer_end:
+        return None
+    n_segments = (length - fixed_and_trailer) // SEGMENT.size
+    if n_segments > MAX_SEGMENTS or fixed_and_trailer + n_segments * SEGMENT.size != length:
+        return None
+    body = bytes(read(offset, length))
+    if crc32(body[: length - 12]) != stored_crc:
+        return None
+    (magic, file_id, number, count, prev, meta_off, meta_len, meta_crc, n) = (
+        FOOTER_FIXED.unpack_from(body)
+    )
+    if magic != FOOTER_MAGIC or file_id != header.file_id or n != n_segments:
+        return None
+    segments = tuple(
+        Segment(*SEGMENT.unpack_from(body, FOOTER_FIXED.size + k * SEGMENT.size))
+        for k in range(n)
+    )
+    commit = Commit(
+        number, count, offset, trailer_end, prev, meta_off, meta_len, meta_crc, segments
+    )
+    _check_commit(commit, header)
+    return commit
+
+
+def _check_commit(commit: Commit, header: Header) -> None:
+    """Reject a checksum-valid footer whose contents are impossible (hostile or buggy writer)."""
+    where = commit.footer_offset
+    total = 0
+    for k, seg in enumerate(commit.segments):
+        if seg.offset % header.alignment or seg.offset < header.data_start:
+            raise FormatError(f"index segment {k} at bad offset {seg.offset}", where)
+        if seg.count == 0 or seg.offset + seg.count * ENTRY_SIZE > commit.footer_offset:
+            raise FormatError(f"index segment {k} ({seg.count} entries) overruns the footer", where)
+        total += seg.count
+    if total != commit.record_count:
+        raise FormatError(
+            f"footer counts {commit.record_count} records but its segments hold {total}", where
+        )
+    if commit.metadata_length:
+        if commit.metadata_length > MAX_METADATA or commit.metadata_offset < header.data_start:
+            raise FormatError("metadata block out of bounds", where)
+        if commit.metadata_offset + commit.metadata_length > commit.footer_offset:
+            raise FormatError("metadata block overruns the footer", where)
+    if commit.prev_footer >= commit.footer_offset:
+        raise FormatError("previous footer does not precede this one", where)
+
+
+def find_last_commit(
+    read: Callable[[int, int], bytes],
+    size: int,
+    header: Header,
+    rfind: Callable[[bytes, int, int], int],
+) -> Commit:
+    """The last valid commit in a file of ``size`` bytes.
+
+    A cleanly closed file ends with its footer: one check. After a crash (or while a writer
+    is appending) the file has a tail after its last footer; the search walks backwards
+    from the end over trailer magics, so it costs time proportional to that tail only.
+    """
+    commit = parse_footer_at(read, size, header)
+    if commit is not None:
+        return commit
+    end = size
+    while True:
+        hit = rfind(TRAILER_MAGIC, header.data_start, end - 1)
+        if hit < 0:
+            return empty_commit(header.data_start)
+        commit = parse_footer_at(read, hit + len(TRAILER_MAGIC), header)
+        if commit is not None:
+            return commit
+        end = hit + len(TRAILER_MAGIC) - 1
+
+
+def check_frame(
+    frame: bytes, offset: int, limit: int, length: int | None = None, crc: int | None = None
+) -> tuple[int, int]:
+    """Check a record frame header at ``offset``; returns (payload length, payload crc).
+
+    ``limit`` bounds where the payload may end; ``length``/``crc`` are what the index says.
+    """
+    magic, frame_crc, frame_len = FRAME.unpack(frame)
+    if magic != FRAME_MAGIC:
+        raise FormatError("no record frame here (bad frame magic)", offset)
+    if offset + FRAME_SIZE + frame_len > limit:
+        raise FormatError(f"record length {frame_len} runs past the committed data", offset)
+    if length is not None and (frame_len != length or frame_crc != crc):
+        raise FormatError("record frame disagrees with its index entry", offset)
+    return frame_len, frame_crc
+
+
+def scan_frames(
+    read: Callable[[int, int], bytes], start: int, end: int, alignment: int,
+    validate: Callable[[int, int], None],
+) -> tuple[list[tuple[int, int, int]], int]:
+    """Walk complete, checksum-valid record frames from ``start``; stops at the first bad one.
+
+    Returns ([(offset, length, crc), ...], offset just past the last good frame). ``validate``
+    (offset, length) may raise FormatError to reject a frame whose payload does not decode.
+    """
+    found = []
+    pos = start
+    good_end = start
+    while pos + FRAME_SIZE <= end:
+        try:
+            length, crc = check_frame(bytes(read(pos, FRAME_SIZE)), pos, end)
+            if crc32(read(pos + FRAME_SIZE, length)) != crc:
+                break
+            validate(pos, length)
+        except FormatError:
+            break
+        found.append((pos, length, crc))
+        good_end = pos + FRAME_SIZE + length
+        pos = align_up(good_end, alignment)
+    return found, good_end
+
+
+def new_file_id() -> bytes:
+    return os.urandom(16)

@@ -1,0 +1,387 @@
+"""Reader: random access to committed records, tensors as zero-copy views."""
+
+from __future__ import annotations
+
+import bisect
+import json
+import mmap
+import os
+import zlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+import numpy as np
+
+from .codec import decode_payload
+from .container import (
+    ENTRY,
+    ENTRY_DTYPE,
+    ENTRY_SIZE,
+    FRAME_SIZE,
+    Commit,
+    Header,
+    check_frame,
+    crc32,
+    find_last_commit,
+    parse_header,
+)
+from .errors import FormatError
+
+Index = Union[int, slice, Sequence[int], np.ndarray]
+
+
+def aligned_buffer(size: int, alignment: int) -> np.ndarray:
+    """A writable uint8 buffer of ``size`` bytes whose first byte is ``alignment``-aligned."""
+    raw = np.empty(size + alignment, np.uint8)
+    skip = -raw.ctypes.data % alignment
+    return raw[skip : skip + size]
+
+
+class _MmapSource:
+    """The file through a private copy-on-write mapping.
+
+    ACCESS_COPY pages are writable (so torch.from_numpy takes views without a warning) but
+    writes stay private to this process and never reach the file.
+    """
+
+    def __init__(self, fd: int, size: int):
+        self.size = size
+        self.map = mmap.mmap(fd, size, access=mmap.ACCESS_COPY)
+
+    def read(self, offset: int, n: int) -> memoryview:
+        return memoryview(self.map)[offset : offset + n]
+
+    def frame(self, offset: int, n: int) -> tuple[Any, int]:
+        """(buffer, position) such that buffer[position:position + n] is file[offset:...]."""
+        return self.map, offset
+
+    def rfind(self, needle: bytes, start: int, end: int) -> int:
+        return self.map.rfind(needle, start, end)
+
+    def close(self) -> None:
+        try:
+            self.map.close()
+        except BufferError:
+            pass  # views into it are still alive; the mapping goes when the last one does
+
+
+class _PreadSource:
+    """The file through os.pread: for filesystems where mmap is slow (NFS, FUSE)."""
+
+    CHUNK = 1 << 20
+
+    def __init__(self, fd: int, size: int, alignment: int = 64):
+        self.fd = fd
+        self.size = size
+        self.alignment = alignment
+
+    def read(self, offset: int, n: int) -> memoryview:
+        buf = aligned_buffer(n, self.alignment)
+        view = memoryview(buf)
+        done = 0
+        while done < n:
+            got = os.preadv(self.fd, [view[done:]], offset + done)
+            if got <= 0:
+                raise FormatError(f"file ends early: wanted {n} bytes", offset + done)
+            done += got
+        return view
+
+    def frame(self, offset: int, n: int) -> tuple[Any, int]:
+        return self.read(offset, n), 0
+
+    def rfind(self, needle: bytes, start: int, end: int) -> int:
+        # Backwards over chunks that overlap by len(needle) - 1 bytes so no match is cut.
+        while end - start >= len(needle):
+            lo = max(start, end - self.CHUNK)
+            hit = bytes(self.read(lo, end - lo)).rfind(needle)
+            if hit >= 0:
+                return lo + hit
+            end = lo + len(needle) - 1
+            if lo == start:
+                break
+        return -1
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass
+class VerifyReport:
+    """What ``Dataset.verify`` found; ``ok`` is True when nothing is wrong."""
+
+    records: int = 0
+    bytes_checked: int = 0
+    bad_records: list[tuple[int, str]] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    uncommitted_bytes: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.bad_records and not self.problems
+
+
+class Dataset:
+    """Read-only view of a container's last commit. Build it with ``evalue_store.open``.
+
+    Pickling sends only the path and options; the copy reopens lazily on first use, which is
+    what DataLoader workers need. ``refresh()`` picks up commits made since opening.
+    """
+
+    def __init__(self, path: str | os.PathLike, *, backend: str = "mmap", verify: bool = True):
+        if backend not in ("mmap", "pread"):
+            raise ValueError(f"backend must be 'mmap' or 'pread', not {backend!r}")
+        self.path = os.fspath(path)
+        self.backend = backend
+        self.verify_reads = verify
+        self._source: Any = None
+        self._load()
+
+    # ------------------------------------------------------------------ opening
+
+    def _load(self) -> None:
+        fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+        try:
+            size = os.fstat(fd).st_size
+            probe = _PreadSource(fd, size)
+            header = parse_header(probe.read, size)
+            commit = find_last_commit(probe.read, size, header, probe.rfind)
+            if self.backend == "mmap":
+                source: Any = _MmapSource(fd, commit.end)
+                os.close(fd)
+                fd = -1
+            else:
+                source = _PreadSource(fd, commit.end, header.alignment)
+        except BaseException:
+            if fd >= 0:
+                os.close(fd)
+            raise
+        self._install(source, header, commit, size)
+
+    def _install(self, source: Any, header: Header, commit: Commit, file_size: int) -> None:
+        self._close_source()
+        self._source = source
+        self.header = header
+        self.commit = commit
+        self.uncommitted_bytes = file_size - commit.end
+        self._starts = []
+        total = 0
+        for seg in commit.segments:
+            self._starts.append(total)
+            total += seg.count
+        self._segments = commit.segments
+        self._len = commit.record_count
+        self._metadata: dict | None = None
+
+    def _close_source(self) -> None:
+        if self._source is not None:
+            self._source.close()
+            if isinstance(self._source, _PreadSource):
+                os.close(self._source.fd)
+            self._source = None
+
+    def refresh(self) -> bool:
+        """Pick up commits made since opening; returns True if the dataset changed."""
+        self._ensure_open()
+        old = self.commit
+        self._load()
+        return self.commit.end != old.end
+
+    def close(self) -> None:
+        """Release the file. Tensor views handed out earlier stay valid."""
+        self._close_source()
+
+    def _ensure_open(self) -> None:
+        if self._source is None:
+            if getattr(self, "_closed_by_pickle", False):
+                self._closed_by_pickle = False
+                self._load()
+            else:
+                raise ValueError(f"{self.path}: dataset is closed")
+
+    def __enter__(self) -> Dataset:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __getstate__(self) -> dict:
+        return {"path": self.path, "backend": self.backend, "verify": self.verify_reads}
+
+    def __setstate__(self, state: dict) -> None:
+        # Reopen lazily: a DataLoader pickles the dataset into every worker before use.
+        self.path = state["path"]
+        self.backend = state["backend"]
+        self.verify_reads = state["verify"]
+        self._source = None
+        self._closed_by_pickle = True
+        self._len = None
+
+    # ------------------------------------------------------------------ properties
+
+    @property
+    def metadata(self) -> dict:
+        """The user metadata (a dict; empty if the writer gave none)."""
+        self._ensure_open()
+        if self._metadata is None:
+            c = self.commit
+            if not c.metadata_length:
+                self._metadata = {}
+            else:
+                raw = bytes(self._source.read(c.metadata_offset, c.metadata_length))
+                if crc32(raw) != c.metadata_crc:
+                    raise FormatError("metadata checksum mismatch", c.metadata_offset, self.path)
+                try:
+                    value = json.loads(raw.decode("utf-8"))
+                except (UnicodeDecodeError, ValueError) as exc:
+                    raise FormatError(f"metadata is not JSON: {exc}", c.metadata_offset) from None
+                if not isinstance(value, dict):
+                    raise FormatError("metadata is not a JSON object", c.metadata_offset, self.path)
+                self._metadata = value
+        return self._metadata
+
+    @property
+    def alignment(self) -> int:
+        self._ensure_open()
+        return self.header.alignment
+
+    def __len__(self) -> int:
+        if self._len is None:
+            self._ensure_open()
+        return self._len
+
+    # ------------------------------------------------------------------ index
+
+    def _entry(self, i: int) -> tuple[int, int, int]:
+        k = 0 if len(self._starts) == 1 else bisect.bisect_right(self._starts, i) - 1
+        seg = self._segments[k]
+        at = seg.offset + (i - self._starts[k]) * ENTRY_SIZE
+        offset, length, crc, reserved = ENTRY.unpack(self._source.read(at, ENTRY_SIZE))
+        if reserved:
+            raise FormatError(f"index entry of record {i} has reserved bits set", at, self.path)
+        return offset, length, crc
+
+    def entries(self) -> np.ndarray:
+        """The whole index as one structured array (offset, length, crc, reserved).
+
+        Each segment is a zero-copy view; with several segments they are concatenated.
+        """
+        self._ensure_open()
+        parts = [self._segment_array(seg) for seg in self._segments]
+        if not parts:
+            return np.zeros(0, ENTRY_DTYPE)
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    def _segment_array(self, seg: Any) -> np.ndarray:
+        raw = self._source.read(seg.offset, seg.count * ENTRY_SIZE)
+        return np.frombuffer(raw, ENTRY_DTYPE, seg.count)
+
+    def _normalize(self, i: int) -> int:
+        n = self._len
+        j = i + n if i < 0 else i
+        if not 0 <= j < n:
+            raise IndexError(f"record {i} out of range for {n} records")
+        return j
+
+    # ------------------------------------------------------------------ records
+
+    def _record(self, i: int) -> list:
+        offset, length, crc = self._entry(i)
+        align = self.header.alignment
+        if offset % align or offset < self.header.data_start:
+            raise FormatError(f"record {i} at bad offset {offset}", offset, self.path)
+        if length > self.commit.end - offset - FRAME_SIZE:
+            raise FormatError(f"record {i} runs past the committed end", offset, self.path)
+        buf, pos = self._source.frame(offset, FRAME_SIZE + length)
+        try:
+            check_frame(bytes(buf[pos : pos + FRAME_SIZE]), offset, self.commit.end, length, crc)
+            if self.verify_reads:
+                payload = memoryview(buf)[pos + FRAME_SIZE : pos + FRAME_SIZE + length]
+                if zlib.crc32(payload) != crc:
+                    raise FormatError("record checksum mismatch", offset)
+            return decode_payload(buf, pos, length, align)
+        except FormatError as exc:
+            raise FormatError(f"record {i}: {exc.reason}", exc.offset, self.path) from None
+
+    def __getitem__(self, index: Index) -> Any:
+        self._ensure_open()
+        if isinstance(index, (int, np.integer)):
+            return self._record(self._normalize(int(index)))
+        if isinstance(index, slice):
+            return [self._record(i) for i in range(*index.indices(self._len))]
+        return self.get_many(index)
+
+    def get_many(self, indices: Sequence[int] | np.ndarray) -> list[list]:
+        """Records for a list of indices, in the order given."""
+        self._ensure_open()
+        return [self._record(self._normalize(int(i))) for i in indices]
+
+    def __iter__(self) -> Iterator[list]:
+        self._ensure_open()
+        for i in range(self._len):
+            yield self._record(i)
+
+    # ------------------------------------------------------------------ checking
+
+    def verify(self, progress: Any = None) -> VerifyReport:
+        """Check every checksum and every record's structure; never raises for bad data.
+
+        ``progress`` (optional) is called with the number of records checked so far.
+        """
+        self._ensure_open()
+        report = VerifyReport(records=self._len, uncommitted_bytes=self.uncommitted_bytes)
+        try:
+            _ = self.metadata  # parses and checks it
+        except FormatError as exc:
+            report.problems.append(str(exc))
+        previous_end = self.header.data_start
+        base = 0
+        for k, seg in enumerate(self._segments):
+            raw = self._source.read(seg.offset, seg.count * ENTRY_SIZE)
+            if crc32(raw) != seg.crc:
+                report.problems.append(f"index segment {k} at {seg.offset}: checksum mismatch")
+            entries = np.frombuffer(raw, ENTRY_DTYPE, seg.count)
+            starts = entries["offset"].astype(np.int64)
+            ends = starts + FRAME_SIZE + entries["length"].astype(np.int64)
+            overlaps = np.flatnonzero(starts[1:] < ends[:-1]) + 1
+            if seg.count and starts[0] < previous_end:
+                overlaps = np.concatenate([[0], overlaps])
+            for j in overlaps[:100]:
+                report.bad_records.append((base + int(j), "overlaps the previous record"))
+            previous_end = int(ends[-1]) if seg.count else previous_end
+            base += seg.count
+        for i in range(self._len):
+            try:
+                offset, length, _ = self._entry(i)
+                saved, self.verify_reads = self.verify_reads, True
+                try:
+                    self._record(i)
+                finally:
+                    self.verify_reads = saved
+                report.bytes_checked += FRAME_SIZE + length
+            except FormatError as exc:
+                report.bad_records.append((i, exc.reason))
+            if progress is not None and (i & 1023) == 1023:
+                progress(i + 1)
+        if self.uncommitted_bytes:
+            report.problems.append(
+                f"{self.uncommitted_bytes} bytes after the last commit (a writer crashed or is "
+                "still writing); `evs.recover` salvages complete records from them"
+            )
+        return report
+
+    def __repr__(self) -> str:
+        state = "closed" if self._source is None else f"{self._len} records"
+        return f"<evalue_store.Dataset {self.path!r} {state}>"
+
+
+def open_dataset(
+    path: str | os.PathLike, *, backend: str = "mmap", verify: bool = True
+) -> Dataset:
+    """Open a container for reading at its last commit.
+
+    ``backend``: "mmap" (default; zero-copy views) or "pread" (plain reads, for network
+    filesystems). ``verify``: check each record's CRC32 when it is read (default True);
+    False skips that check so that big tensors are handed out without touching their pages.
+    """
+    return Dataset(path, backend=backend, verify=verify)
