@@ -306,4 +306,3 @@ def decode_payload(buf: Any, frame: int, length: int, alignment: int) -> list:
     if reader.pos != reader.end:
         raise FormatError(f"{reader.end - reader.pos} bytes left after the last value", reader.pos)
     return values
-

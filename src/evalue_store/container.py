@@ -190,8 +190,7 @@ def parse_footer_at(
     if magic != FOOTER_MAGIC or file_id != header.file_id or n != n_segments:
         return None
     segments = tuple(
-        Segment(*SEGMENT.unpack_from(body, FOOTER_FIXED.size + k * SEGMENT.size))
-        for k in range(n)
+        Segment(*SEGMENT.unpack_from(body, FOOTER_FIXED.size + k * SEGMENT.size)) for k in range(n)
     )
     commit = Commit(
         number, count, offset, trailer_end, prev, meta_off, meta_len, meta_crc, segments
@@ -267,7 +266,10 @@ def check_frame(
 
 
 def scan_frames(
-    read: Callable[[int, int], bytes], start: int, end: int, alignment: int,
+    read: Callable[[int, int], bytes],
+    start: int,
+    end: int,
+    alignment: int,
     validate: Callable[[int, int], None],
 ) -> tuple[list[tuple[int, int, int]], int]:
     """Walk complete, checksum-valid record frames from ``start``; stops at the first bad one.

@@ -375,9 +375,7 @@ class Dataset:
         return f"<evalue_store.Dataset {self.path!r} {state}>"
 
 
-def open_dataset(
-    path: str | os.PathLike, *, backend: str = "mmap", verify: bool = True
-) -> Dataset:
+def open_dataset(path: str | os.PathLike, *, backend: str = "mmap", verify: bool = True) -> Dataset:
     """Open a container for reading at its last commit.
 
     ``backend``: "mmap" (default; zero-copy views) or "pread" (plain reads, for network

@@ -398,4 +398,3 @@ def recover(path: str | os.PathLike) -> Salvage:
             count = writer._commit.record_count
             report = Salvage(count, 0, 0, 0, None)
     return report
-
