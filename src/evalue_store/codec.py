@@ -30,6 +30,7 @@ _TAG_F64 = struct.Struct("<Bd")
 _TAG_U64 = struct.Struct("<BQ")
 _STRING_HEAD = struct.Struct("<BBQ")  # tag, subtype, byte length
 _TENSOR_HEAD = struct.Struct("<BBBB")  # tag, dtype code, rank, flags
+_TENSOR_TAIL = struct.Struct("<BBB")
 
 STRING_UTF8 = 0
 STRING_BYTES = 1
@@ -258,8 +259,10 @@ class _Reader:
         return items.tolist()
 
     def tensor(self, at: int) -> np.ndarray:
-        buf = self.buf
-        code, rank, flags = struct.unpack_from("<BBB", buf, self.need(3, "Tensor header"))
+        buf, pos, end = self.buf, self.pos, self.end
+        if end - pos < 3:
+            raise FormatError("truncated Tensor header", pos)
+        code, rank, flags = _TENSOR_TAIL.unpack_from(buf, pos)
         dtype = CODE_TO_DTYPE.get(code)
         if dtype is None:
             raise FormatError(f"unknown tensor dtype code {code}", at + 1)
@@ -267,25 +270,35 @@ class _Reader:
             raise FormatError(f"tensor rank {rank} exceeds {MAX_RANK}", at + 2)
         if flags & ~TENSOR_DIM_ORDER:
             raise FormatError(f"unknown tensor flags {flags:#x}", at + 3)
-        shape = struct.unpack_from(f"<{rank}Q", buf, self.need(8 * rank, "Tensor dims"))
+        pos += 3
+        if end - pos < 8 * rank + (rank if flags else 0):
+            raise FormatError("truncated Tensor dims", pos)
+        shape = _DIMS[rank].unpack_from(buf, pos)
+        pos += 8 * rank
+        order = None
         if flags:
-            order = bytes(buf[self.need(rank, "dim order") : self.pos])
+            order = bytes(buf[pos : pos + rank])
             if sorted(order) != list(range(rank)):
-                raise FormatError(f"dim order {list(order)} is not a permutation", self.pos - rank)
-        else:
-            order = None
-        data = self.frame + -(-(self.pos - self.frame) // self.alignment) * self.alignment
+                raise FormatError(f"dim order {list(order)} is not a permutation", pos)
+            pos += rank
+        align = self.alignment
+        data = self.frame + (pos - self.frame + align - 1) // align * align
         nbytes = extent = dtype.itemsize
         for dim in shape:
             nbytes *= dim
-            extent *= max(dim, 1)
+            extent *= dim or 1
         if extent >= 1 << 63:
             raise FormatError(f"tensor dims {list(shape)} overflow 64-bit sizes", at + 4)
-        if data > self.end or nbytes > self.end - data:
+        if data > end or nbytes > end - data:
             raise FormatError(f"tensor data ({nbytes} bytes) runs past the record", data)
         self.pos = data + nbytes
-        strides = _tensor_strides(shape, order, dtype.itemsize) if order else None
-        array = np.ndarray(shape, dtype, buffer=buf, offset=data, strides=strides)
+        if order:
+            strides = _tensor_strides(shape, order, dtype.itemsize)
+            array = np.ndarray(shape, dtype, buffer=buf, offset=data, strides=strides)
+        elif rank == 1:
+            array = np.frombuffer(buf, dtype, shape[0], data)  # the common case, and cheapest
+        else:
+            array = np.ndarray(shape, dtype, buffer=buf, offset=data)
         if code == 11 and nbytes and array.view(np.uint8).max() > 1:
             raise FormatError("bool tensor holds a byte other than 0 or 1", data)
         return array

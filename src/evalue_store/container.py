@@ -199,6 +199,19 @@ def parse_footer_at(
     return commit
 
 
+def parse_footer_from(
+    read: Callable[[int, int], bytes], offset: int, limit: int, header: Header
+) -> Commit | None:
+    """The commit whose footer starts at ``offset`` (used to walk the chain of old footers)."""
+    if offset < header.data_start or offset + FOOTER_FIXED.size > limit:
+        return None
+    n_segments = FOOTER_FIXED.unpack(bytes(read(offset, FOOTER_FIXED.size)))[-1]
+    end = offset + FOOTER_FIXED.size + n_segments * SEGMENT.size + TRAILER.size
+    if n_segments > MAX_SEGMENTS or end > limit:
+        return None
+    return parse_footer_at(read, end, header)
+
+
 def _check_commit(commit: Commit, header: Header) -> None:
     """Reject a checksum-valid footer whose contents are impossible (hostile or buggy writer)."""
     where = commit.footer_offset

@@ -24,6 +24,7 @@ from .container import (
     check_frame,
     crc32,
     find_last_commit,
+    parse_footer_from,
     parse_header,
 )
 from .errors import FormatError
@@ -346,8 +347,9 @@ class Dataset:
             overlaps = np.flatnonzero(starts[1:] < ends[:-1]) + 1
             if seg.count and starts[0] < previous_end:
                 overlaps = np.concatenate([[0], overlaps])
-            for j in overlaps[:100]:
-                report.bad_records.append((base + int(j), "overlaps the previous record"))
+            for j in overlaps[:100]:  # an index problem: the read of each record says which is bad
+                j = base + int(j)
+                report.problems.append(f"index: records {j - 1} and {j} overlap in the file")
             previous_end = int(ends[-1]) if seg.count else previous_end
             base += seg.count
         for i in range(self._len):
@@ -363,12 +365,39 @@ class Dataset:
                 report.bad_records.append((i, exc.reason))
             if progress is not None and (i & 1023) == 1023:
                 progress(i + 1)
+        self._verify_history(report)
         if self.uncommitted_bytes:
             report.problems.append(
                 f"{self.uncommitted_bytes} bytes after the last commit (a writer crashed or is "
                 "still writing); `evs.recover` salvages complete records from them"
             )
         return report
+
+    def _verify_history(self, report: VerifyReport) -> None:
+        """Walk the chain of earlier footers and check them and the index segments they name."""
+        checked = {seg.offset for seg in self._segments}
+        commit = self.commit
+        while commit.prev_footer:
+            try:
+                older = parse_footer_from(
+                    self._source.read, commit.prev_footer, commit.footer_offset, self.header
+                )
+            except FormatError:
+                older = None
+            if older is None or older.number != commit.number - 1:
+                report.problems.append(
+                    f"footer of commit {commit.number - 1} at {commit.prev_footer} is damaged"
+                )
+                return
+            for seg in older.segments:
+                if seg.offset not in checked:
+                    checked.add(seg.offset)
+                    if crc32(self._source.read(seg.offset, seg.count * ENTRY_SIZE)) != seg.crc:
+                        report.problems.append(
+                            f"index segment at {seg.offset} of commit {older.number}: "
+                            "checksum mismatch"
+                        )
+            commit = older
 
     def __repr__(self) -> str:
         state = "closed" if self._source is None else f"{self._len} records"

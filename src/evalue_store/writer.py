@@ -125,6 +125,9 @@ def _salvage_tail(state: _FileState, path: str) -> tuple[list[tuple[int, int, in
 
     found, good_end = scan_frames(state.read, start, state.size, header.alignment, validate)
     keep = good_end if found else commit.end
+    padded = min(align_up(keep, header.alignment), state.size)
+    if found and not any(state.read(keep, padded - keep)):  # the record's own zero padding
+        keep = padded
     side = None
     if state.size > keep:
         side = f"{path}.tail-{keep}"
