@@ -21,6 +21,7 @@ from .values import (
 
 __version__ = "0.1.0"
 
+from . import java  # noqa: E402
 from .writer import Salvage, Writer, recover  # noqa: E402  (writer records __version__)
 
 __all__ = [
@@ -48,4 +49,5 @@ __all__ = [
     "WriterLockedError",
     "bfloat16_to_float32",
     "float32_to_bfloat16",
+    "java",
 ]
