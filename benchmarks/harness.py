@@ -1,0 +1,179 @@
+"""Command line: runs every (workload, adapter) pair in its own subprocess and writes
+``<results-dir>/<name>.json`` and ``<name>.md``. See README.md in this folder."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from .adapters import ADAPTERS
+from .workloads import WORKLOADS, Data, get_workload
+
+HERE = Path(__file__).resolve().parent
+RUN = HERE / "run.py"
+WORK = HERE / "work"
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--quick", action="store_true", help="small sizes, few repeats (smoke test)")
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="also verify that every record read back equals what was written",
+    )
+    p.add_argument(
+        "--workloads", default=",".join(WORKLOADS), help="comma-separated (default: %(default)s)"
+    )
+    p.add_argument(
+        "--adapters",
+        default=",".join(ADAPTERS),
+        help="comma-separated (default: all, in report order)",
+    )
+    p.add_argument("--name", help="results file name (default: 'quick' or 'full')")
+    p.add_argument(
+        "--results-dir",
+        type=Path,
+        help="default: benchmarks/results, or benchmarks/work/results with --quick",
+    )
+    p.add_argument("--repeats", type=int, help="timed repetitions per phase")
+    p.add_argument("--budget", type=float, help="seconds after which a phase stops repeating")
+    p.add_argument("--timeout", type=float, help="seconds allowed per subprocess")
+    p.add_argument("--worker", help=argparse.SUPPRESS)  # adapter name, in the subprocess
+    p.add_argument("--out", type=Path, help=argparse.SUPPRESS)
+    return p.parse_args(argv)
+
+
+def settings_for(args: argparse.Namespace) -> Any:
+    from .measure import FULL, QUICK, Settings
+
+    base = QUICK if args.quick else FULL
+    return Settings(
+        repeats=args.repeats or base.repeats,
+        budget_s=args.budget if args.budget is not None else base.budget_s,
+        max_reads=base.max_reads,
+    )
+
+
+def worker_main(args: argparse.Namespace) -> int:
+    from .measure import measure
+
+    workload = get_workload(args.workloads, args.quick)
+    WORK.mkdir(parents=True, exist_ok=True)
+    result = measure(args.worker, workload, settings_for(args), WORK, args.check)
+    args.out.write_text(json.dumps(result, indent=1))
+    return 0
+
+
+def run_one(args: argparse.Namespace, adapter: str, workload: str) -> dict[str, Any]:
+    out = WORK / f"result-{os.getpid()}-{adapter}-{workload}.json"
+    cmd = [
+        sys.executable,
+        str(RUN),
+        "--worker",
+        adapter,
+        "--workloads",
+        workload,
+        "--out",
+        str(out),
+    ]
+    for flag in ("quick", "check"):
+        if getattr(args, flag):
+            cmd.append(f"--{flag}")
+    for option in ("repeats", "budget"):
+        if getattr(args, option) is not None:
+            cmd += [f"--{option}", str(getattr(args, option))]
+    timeout = args.timeout or (120 if args.quick else 1800)
+    base = {"adapter": adapter, "workload": workload}
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {**base, "status": "error", "reason": f"timed out after {timeout:.0f} s"}
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0 or not out.exists():
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+        return {
+            **base,
+            "status": "error",
+            "reason": f"exit code {proc.returncode}: " + " / ".join(tail),
+        }
+    result = json.loads(out.read_text())
+    out.unlink()
+    result["wall_s"] = wall
+    return result
+
+
+def _summary(r: dict[str, Any]) -> str:
+    if r["status"] != "ok":
+        return f"{r['status']}: {r.get('reason', '')}"
+    text = (
+        f"write {r['write_rec_s']:,.0f} rec/s, get p50 {r['get_p50_us']:.1f} µs, "
+        f"get_many {r['batch_us_per_rec']:.1f} µs/rec, scan {r['scan_rec_s']:,.0f} rec/s "
+        f"({r['wall_s']:.1f} s)"
+    )
+    if "check" in r:
+        text += f", check {r['check']}"
+    return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.worker:
+        return worker_main(args)
+    from .report import machine_facts, markdown
+
+    workloads = [w for w in args.workloads.split(",") if w]
+    adapters = [a for a in args.adapters.split(",") if a]
+    unknown = [w for w in workloads if w not in WORKLOADS] + [
+        a for a in adapters if a not in ADAPTERS
+    ]
+    if unknown:
+        print(f"unknown workload or adapter: {', '.join(unknown)}", file=sys.stderr)
+        return 2
+    name = args.name or ("quick" if args.quick else "full")
+    results_dir = args.results_dir or (WORK / "results" if args.quick else HERE / "results")
+    WORK.mkdir(parents=True, exist_ok=True)
+    report: dict[str, Any] = {
+        "name": name,
+        "mode": "quick" if args.quick else "full",
+        "created": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "settings": vars(settings_for(args)),
+        "machine": machine_facts(WORK),
+        "workloads": {},
+    }
+    failed = False
+    for wname in workloads:
+        workload = get_workload(wname, args.quick)
+        section = {
+            "workload": wname,
+            "description": workload.description,
+            "n": workload.n,
+            "fields": [vars(f) for f in workload.fields],
+            "results": [],
+        }
+        report["workloads"][wname] = section
+        for adapter in adapters:
+            result = run_one(args, adapter, wname)
+            section["results"].append(result)
+            section.setdefault("payload_mb", result.get("payload_mb"))
+            print(f"{wname} {adapter:22} {_summary(result)}", flush=True)
+            if result["status"] == "error" or result.get("check", "ok") != "ok":
+                failed = True
+        if section["payload_mb"] is None:
+            section["payload_mb"] = Data(workload).payload_bytes() / 2**20
+    report["loadavg_end"] = os.getloadavg()
+    results_dir.mkdir(parents=True, exist_ok=True)
+    (results_dir / f"{name}.json").write_text(json.dumps(report, indent=1) + "\n")
+    (results_dir / f"{name}.md").write_text(markdown(report))
+    print(f"wrote {results_dir / name}.json and .md")
+    if failed:
+        print("FAILED: an adapter errored or returned different records", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,296 @@
+"""The worker side: measures one adapter on one workload, inside its own process.
+
+Phases: generate the records, write them (repeated), drop the records, then open, random get,
+batched get_many, sequential scan (each repeated), and optionally check every record. Peak RSS
+is taken per phase from the kernel's high-water mark (VmHWM), which is reset between phases.
+"""
+
+from __future__ import annotations
+
+import gc
+import shutil
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .adapters import Adapter, Unavailable, load_adapter
+from .workloads import Data, Workload, check_record, touch
+
+
+@dataclass(frozen=True)
+class Settings:
+    repeats: int  # timed repetitions of each phase (medians are reported)
+    budget_s: float  # a phase stops repeating (and a pass stops early) past this many seconds
+    max_reads: int  # random reads per pass at most (a prefix of a random permutation)
+
+
+FULL = Settings(repeats=3, budget_s=30.0, max_reads=200_000)
+QUICK = Settings(repeats=2, budget_s=1.0, max_reads=2_000)
+
+
+def _status_kb(key: str) -> int | None:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def rss_mb() -> float:
+    kb = _status_kb("VmRSS")
+    if kb is None:
+        import psutil
+
+        return psutil.Process().memory_info().rss / 2**20
+    return kb / 1024
+
+
+def peak_rss_mb() -> float:
+    kb = _status_kb("VmHWM")
+    if kb is None:
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return kb / 1024
+
+
+def reset_peak_rss() -> bool:
+    """Reset VmHWM to the current RSS (Linux >= 4.0); False where that is not possible."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def tree_bytes(path: Path) -> tuple[int, int, int]:
+    """(apparent bytes, allocated bytes, file count) of a file or directory tree."""
+    paths = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()]
+    apparent = allocated = 0
+    for p in paths:
+        st = p.stat()
+        apparent += st.st_size
+        allocated += st.st_blocks * 512
+    return apparent, allocated, len(paths)
+
+
+def _median(values: list[float]) -> float:
+    return float(np.median(values))
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path)
+    elif path.exists():
+        path.unlink()
+
+
+def _passes(settings: Settings, run: Callable[[float], dict[str, float]]) -> list[dict[str, float]]:
+    """Run a timed pass ``repeats`` times, fewer if the passes together exceed the budget."""
+    results: list[dict[str, float]] = []
+    start = time.perf_counter()
+    for _ in range(settings.repeats):
+        results.append(run(settings.budget_s))
+        if time.perf_counter() - start > settings.budget_s:
+            break
+    return results
+
+
+def _latency_pass(
+    fetch: Callable[[Any], Iterable[Any]], keys: list[Any], per_key: int, budget_s: float
+) -> dict[str, float]:
+    """Time ``fetch(key)`` plus touching what it returns, for each key until the budget."""
+    times: list[int] = []
+    sink = 0.0
+    clock = time.perf_counter_ns
+    deadline = clock() + int(budget_s * 1e9)
+    for key in keys:
+        t0 = clock()
+        for record in fetch(key):
+            sink += touch(record)
+        t1 = clock()
+        times.append(t1 - t0)
+        if t1 > deadline:
+            break
+    arr = np.asarray(times, dtype=np.float64) / 1e3 / per_key  # µs per record
+    return {
+        "p50_us": float(np.percentile(arr, 50)),
+        "p99_us": float(np.percentile(arr, 99)),
+        "rec_s": 1e6 / float(arr.mean()),
+        "count": float(len(times) * per_key),
+    }
+
+
+def _scan_pass(adapter: Adapter, budget_s: float) -> dict[str, float]:
+    sink = 0.0
+    count = 0
+    t0 = time.perf_counter()
+    deadline = t0 + budget_s
+    for record in adapter.scan():
+        sink += touch(record)
+        count += 1
+        if count % 256 == 0 and time.perf_counter() > deadline:
+            break
+    elapsed = time.perf_counter() - t0
+    return {"rec_s": count / elapsed, "count": float(count)}
+
+
+def measure(
+    name: str, workload: Workload, settings: Settings, work_dir: Path, check: bool
+) -> dict[str, Any]:
+    result: dict[str, Any] = {"adapter": name, "workload": workload.name, "n": workload.n}
+    try:
+        t0 = time.perf_counter()
+        adapter = load_adapter(name, workload.fields)
+        result["import_s"] = time.perf_counter() - t0
+    except Unavailable as exc:
+        return {**result, "status": "unavailable", "reason": str(exc)}
+    result.update(zero_copy=adapter.zero_copy, notes=adapter.notes, status="ok")
+    path = work_dir / f"{name}-{workload.name}"
+    try:
+        _measure(adapter, workload, settings, path, check, result)
+    except Unavailable as exc:
+        return {**result, "status": "unavailable", "reason": str(exc)}
+    finally:
+        _remove(path)
+    return result
+
+
+def _measure(
+    adapter: Adapter,
+    workload: Workload,
+    settings: Settings,
+    path: Path,
+    check: bool,
+    result: dict[str, Any],
+) -> None:
+    n = workload.n
+    result["rss_start_mb"] = rss_mb()
+    data = Data(workload)
+    payload = data.payload_bytes()
+    result["payload_mb"] = payload / 2**20
+    result["rss_after_generate_mb"] = rss_mb()
+    reset_peak_rss()
+
+    # Write: each repetition into a fresh path; the last one is kept for reading.
+    write_times: list[float] = []
+    start = time.perf_counter()
+    for rep in range(settings.repeats):
+        _remove(path)
+        gc.collect()
+        t0 = time.perf_counter()
+        adapter.write(iter(data), path)
+        write_times.append(time.perf_counter() - t0)
+        if rep + 1 < settings.repeats and time.perf_counter() - start > settings.budget_s:
+            break
+    write_s = _median(write_times)
+    apparent, allocated, files = tree_bytes(path)
+    result.update(
+        write_s=write_s,
+        write_repeats=len(write_times),
+        write_rec_s=n / write_s,
+        write_mb_s=payload / 2**20 / write_s,
+        file_mb=apparent / 2**20,
+        disk_mb=allocated / 2**20,
+        files=files,
+        peak_rss_write_mb=peak_rss_mb(),
+    )
+    del data
+    gc.collect()
+
+    # Read phases, with a fresh peak-RSS window.
+    result["rss_before_read_mb"] = rss_mb()
+    reset_peak_rss()
+    open_times: list[float] = []
+    for rep in range(settings.repeats):
+        t0 = time.perf_counter()
+        adapter.open(path)
+        open_times.append(time.perf_counter() - t0)
+        if rep + 1 < settings.repeats:
+            adapter.close()
+    result["open_ms"] = _median(open_times) * 1e3
+
+    rng = np.random.default_rng(workload.seed + 1000)
+    order = [int(i) for i in rng.permutation(n)[: settings.max_reads]]
+    gets = _passes(
+        settings, lambda budget: _latency_pass(lambda i: (adapter.get(i),), order, 1, budget)
+    )
+    result.update(
+        get_p50_us=_median([p["p50_us"] for p in gets]),
+        get_p99_us=_median([p["p99_us"] for p in gets]),
+        get_rec_s=_median([p["rec_s"] for p in gets]),
+        get_reads=int(sum(p["count"] for p in gets)),
+        get_passes=len(gets),
+    )
+
+    size = min(workload.batch_size, n)
+    batches = [order[j : j + size] for j in range(0, len(order) - size + 1, size)]
+    many = _passes(settings, lambda budget: _latency_pass(adapter.get_many, batches, size, budget))
+    result.update(
+        batch_size=size,
+        batch_us_per_rec=_median([p["p50_us"] for p in many]),
+        batch_p99_us_per_rec=_median([p["p99_us"] for p in many]),
+        batch_rec_s=_median([p["rec_s"] for p in many]),
+        batch_reads=int(sum(p["count"] for p in many)),
+    )
+
+    scans = _passes(settings, lambda budget: _scan_pass(adapter, budget))
+    scan_rec_s = _median([p["rec_s"] for p in scans])
+    result.update(
+        scan_rec_s=scan_rec_s,
+        scan_mb_s=scan_rec_s * payload / n / 2**20,
+        scan_records=int(sum(p["count"] for p in scans)),
+        scan_complete=all(int(p["count"]) == n for p in scans),
+        peak_rss_read_mb=peak_rss_mb(),
+    )
+    adapter.close()
+
+    if check:
+        result["check"] = check_adapter(adapter, workload, path)
+
+
+def check_adapter(adapter: Adapter, workload: Workload, path: Path) -> str:
+    """'ok', or the first few differences between what was written and what comes back."""
+    data = Data(workload)
+    problems: list[str] = []
+    adapter.open(path)
+    try:
+        for i in range(workload.n):
+            problem = check_record(data.record(i), adapter.get(i), f"get({i})")
+            if problem:
+                problems.append(problem)
+        order = [int(i) for i in np.random.default_rng(7).permutation(workload.n)]
+        size = min(workload.batch_size, workload.n)
+        for j in range(0, workload.n, size):
+            indices = order[j : j + size]
+            got = adapter.get_many(indices)
+            if len(got) != len(indices):
+                problems.append(f"get_many: {len(got)} records for {len(indices)} indices")
+                continue
+            for i, record in zip(indices, got):
+                problem = check_record(data.record(i), record, f"get_many[{i}]")
+                if problem:
+                    problems.append(problem)
+        count = 0
+        for i, record in enumerate(adapter.scan()):
+            count += 1
+            if i >= workload.n:
+                continue
+            problem = check_record(data.record(i), record, f"scan[{i}]")
+            if problem:
+                problems.append(problem)
+        if count != workload.n:
+            problems.append(f"scan: {count} records, expected {workload.n}")
+    finally:
+        adapter.close()
+    if not problems:
+        return "ok"
+    return f"{len(problems)} problems; first: " + " | ".join(problems[:3])

@@ -1,0 +1,224 @@
+"""Machine facts and the markdown report."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from .adapters import FLOOR, OURS
+
+PACKAGES = (
+    "numpy",
+    "evalue_store",
+    "zstandard",
+    "lmdb",
+    "mosaicml-streaming",
+    "array-record",
+    "datasets",
+    "pyarrow",
+    "psutil",
+    "torch",
+)
+
+# (key, column title, higher is better)
+METRICS: tuple[tuple[str, str, bool], ...] = (
+    ("write_rec_s", "write rec/s", True),
+    ("write_mb_s", "write MB/s", True),
+    ("file_mb", "size MB", False),
+    ("open_ms", "open ms", False),
+    ("get_p50_us", "get p50 µs", False),
+    ("get_p99_us", "get p99 µs", False),
+    ("batch_us_per_rec", "get_many µs/rec", False),
+    ("scan_rec_s", "scan rec/s", True),
+    ("scan_mb_s", "scan MB/s", True),
+)
+RATIO_METRICS = tuple(m for m in METRICS if m[0] != "scan_mb_s")
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def _git(*args: str) -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", *args],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=Path(__file__).resolve().parent,
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return out.stdout.strip()
+
+
+def _filesystem(path: Path) -> str | None:
+    """The mount type of the filesystem holding ``path`` (Linux), for context."""
+    try:
+        best = ("", "")
+        target = str(path.resolve())
+        with open("/proc/mounts") as f:
+            for line in f:
+                _dev, mount, fstype, *_ = line.split()
+                if target.startswith(mount) and len(mount) > len(best[0]):
+                    best = (mount, fstype)
+        return best[1] or None
+    except OSError:
+        return None
+
+
+def machine_facts(work_dir: Path) -> dict[str, Any]:
+    try:
+        import psutil
+
+        ram_gib: float | None = psutil.virtual_memory().total / 2**30
+    except ImportError:
+        ram_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return {
+        "cpu_count": os.cpu_count(),
+        "cpu_model": _cpu_model(),
+        "ram_gib": round(ram_gib, 1) if ram_gib else None,
+        "platform": platform.platform(),
+        "python": sys.version.split()[0],
+        "packages": {name: _version(name) for name in PACKAGES},
+        "git_commit": _git("rev-parse", "HEAD"),
+        "git_dirty_src": bool(_git("status", "--porcelain", "--", "../src")),
+        "work_dir_fs": _filesystem(work_dir),
+        "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE"),
+        "loadavg_start": os.getloadavg(),
+        "cache": "warm: files are read right after being written (page cache not dropped)",
+    }
+
+
+def _fmt(value: float) -> str:
+    if value >= 100_000:
+        return f"{value:,.0f}"
+    if value >= 100:
+        return f"{value:.0f}"
+    if value >= 10:
+        return f"{value:.1f}"
+    return f"{value:.2f}"
+
+
+def _ratio(value: float, ref: float, higher_better: bool) -> str:
+    if not value or not ref:
+        return "–"
+    return f"{(ref / value if higher_better else value / ref):.2f}"
+
+
+def _best(rows: list[dict[str, Any]], key: str, higher_better: bool) -> float | None:
+    values = [r[key] for r in rows if r.get(key)]
+    if not values:
+        return None
+    return max(values) if higher_better else min(values)
+
+
+def workload_markdown(section: dict[str, Any]) -> str:
+    rows: list[dict[str, Any]] = section["results"]
+    ok = [r for r in rows if r.get("status") == "ok"]
+    floor = next((r for r in ok if r["adapter"] == FLOOR), None)
+    peers = [r for r in ok if r["adapter"] != FLOOR and r["adapter"] not in OURS]
+    lines = [f"## {section['workload']}: {section['description']}", ""]
+    lines.append(
+        f"{section['n']:,} records, {section['payload_mb']:.1f} MB of raw field bytes"
+        if section.get("payload_mb")
+        else f"{section['n']:,} records"
+    )
+    lines.append("")
+
+    header = ["format", "zero-copy", *[title for _, title, _ in METRICS], "read peak RSS MB"]
+    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for r in ok:
+        cells = [r["adapter"], "yes" if r.get("zero_copy") else "no"]
+        cells += [_fmt(r[key]) if r.get(key) is not None else "–" for key, _, _ in METRICS]
+        cells.append(_fmt(r["peak_rss_read_mb"]))
+        lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
+
+    titles = [title for _, title, _ in RATIO_METRICS]
+    for label, ref_rows in (("the floor", [floor] if floor else []), ("the best peer", peers)):
+        if not ref_rows:
+            continue
+        lines.append(
+            f"Ratio against {label} (per column; 1.00 = as good, 2.00 = twice as slow or big)"
+            + (
+                " — best peer per column among: " + ", ".join(r["adapter"] for r in peers)
+                if label == "the best peer"
+                else ""
+            )
+        )
+        lines.append("")
+        lines += ["| format | " + " | ".join(titles) + " |", "|" + "---|" * (len(titles) + 1)]
+        for r in ok:
+            cells = [r["adapter"]]
+            for key, _, higher in RATIO_METRICS:
+                ref = _best(ref_rows, key, higher)
+                cells.append(_ratio(r.get(key) or 0.0, ref or 0.0, higher))
+            lines.append("| " + " | ".join(cells) + " |")
+        lines.append("")
+
+    others = [r for r in rows if r.get("status") != "ok"]
+    if others:
+        lines.append("Not measured:")
+        lines.append("")
+        for r in others:
+            lines.append(f"- {r['adapter']}: {r['status']}: {r.get('reason', '')}")
+        lines.append("")
+    checks = [r for r in ok if "check" in r]
+    if checks:
+        lines.append(
+            "Check (every record via get, get_many and scan equals what was written): "
+            + ", ".join(f"{r['adapter']} {r['check']}" for r in checks)
+        )
+        lines.append("")
+    notes = [r for r in ok if r.get("notes")]
+    if notes:
+        lines.append("Notes: " + "; ".join(f"{r['adapter']}: {r['notes']}" for r in notes))
+        lines.append("")
+    return "\n".join(lines)
+
+
+def markdown(report: dict[str, Any]) -> str:
+    m = report["machine"]
+    versions = ", ".join(f"{k} {v}" for k, v in m["packages"].items() if v)
+    lines = [
+        f"# Benchmark `{report['name']}` ({report['mode']})",
+        "",
+        f"{report['created']} · {m['cpu_count']} cores ({m['cpu_model']}), {m['ram_gib']} GiB, "
+        f"Python {m['python']}, {m['platform']} · load average at start "
+        f"{', '.join(f'{x:.2f}' for x in m['loadavg_start'])}, at end "
+        f"{', '.join(f'{x:.2f}' for x in report.get('loadavg_end', ()))} · commit "
+        f"{(m['git_commit'] or '?')[:10]}",
+        "",
+        f"Versions: {versions}.",
+        "",
+        "Figures are medians over repeated runs, each format in its own process, warm page "
+        "cache. Write MB/s counts raw field bytes. get = one random record (random "
+        "permutation), touching every field (two tensor elements, the int, the string's "
+        "length); get_many = a random batch, per record; scan = sequential, per record. "
+        "Read peak RSS includes the interpreter and the format's imports.",
+        "",
+    ]
+    for section in report["workloads"].values():
+        lines.append(workload_markdown(section))
+    return "\n".join(lines)
