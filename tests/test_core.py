@@ -286,7 +286,7 @@ def test_reader_sees_last_commit_and_refresh(tmp_path):
     assert len(ds) == 1
     w.append([1])
     w.append([2])
-    w._flush()  # uncommitted bytes reach the file, but no footer yet
+    w._sink.flush()  # uncommitted bytes reach the file, but no footer yet
     assert ds.refresh() is False and len(ds) == 1
     assert len(evs.open(path)) == 1
     w.commit()

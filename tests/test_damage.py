@@ -107,7 +107,7 @@ def test_append_mode_salvages_a_crashed_tail(tmp_path):
     w.commit()
     for i in range(5, 8):
         w.append(record(i))
-    w._flush()  # records on disk, no commit: what a killed writer leaves
+    w._sink.flush()  # records on disk, no commit: what a killed writer leaves
     os.close(w._fd)
     w._fd = -1
     with open(path, "ab") as f:

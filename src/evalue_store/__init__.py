@@ -2,6 +2,8 @@
 
 from .dtypes import BFLOAT16, bfloat16_to_float32, float32_to_bfloat16
 from .errors import EncodeError, FormatError, WriterLockedError
+from .frames import read_dictionary_file as read_dictionary
+from .frames import train_dictionary
 from .reader import Dataset, VerifyReport
 from .reader import open_dataset as open
 from .values import (
@@ -31,7 +33,9 @@ __all__ = [
     "VerifyReport",
     "Writer",
     "open",
+    "read_dictionary",
     "recover",
+    "train_dictionary",
     "Bool",
     "Double",
     "EncodeError",

@@ -28,6 +28,7 @@ from .container import (
     parse_header,
 )
 from .errors import FormatError
+from .frames import DEFAULT_CACHE_BYTES, ZstdSource, is_compressed
 
 Index = Union[int, slice, Sequence[int], np.ndarray]
 
@@ -129,12 +130,20 @@ class Dataset:
     what DataLoader workers need. ``refresh()`` picks up commits made since opening.
     """
 
-    def __init__(self, path: str | os.PathLike, *, backend: str = "mmap", verify: bool = True):
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        *,
+        backend: str = "mmap",
+        verify: bool = True,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
+    ):
         if backend not in ("mmap", "pread"):
             raise ValueError(f"backend must be 'mmap' or 'pread', not {backend!r}")
         self.path = os.fspath(path)
         self.backend = backend
         self.verify_reads = verify
+        self.cache_bytes = cache_bytes
         self._source: Any = None
         self._load()
 
@@ -144,6 +153,10 @@ class Dataset:
         fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
         try:
             size = os.fstat(fd).st_size
+            if is_compressed(os.pread(fd, 8, 0)):
+                owned, fd = fd, -1
+                self._load_compressed(owned, size)  # closes the descriptor itself
+                return
             probe = _PreadSource(fd, size)
             header = parse_header(probe.read, size)
             commit = find_last_commit(probe.read, size, header, probe.rfind)
@@ -157,14 +170,34 @@ class Dataset:
             if fd >= 0:
                 os.close(fd)
             raise
-        self._install(source, header, commit, size)
+        self._install(source, header, commit, size - commit.end)
 
-    def _install(self, source: Any, header: Header, commit: Commit, file_size: int) -> None:
+    def _load_compressed(self, fd: int, size: int) -> None:
+        try:
+            source = ZstdSource(fd, size, cache_bytes=self.cache_bytes)
+        finally:
+            os.close(fd)
+        try:
+            header = parse_header(source.read, source.size)
+            source.set_alignment(header.alignment)
+            commit = find_last_commit(source.read, source.size, header, source.rfind)
+        except BaseException:
+            source.close()
+            raise
+        self._install(source, header, commit, size - source.committed_physical_end)
+
+    @property
+    def compressed(self) -> bool:
+        """True when the file is stored as zstd frames (docs/FORMAT.md section 16)."""
+        self._ensure_open()
+        return isinstance(self._source, ZstdSource)
+
+    def _install(self, source: Any, header: Header, commit: Commit, tail: int) -> None:
         self._close_source()
         self._source = source
         self.header = header
         self.commit = commit
-        self.uncommitted_bytes = file_size - commit.end
+        self.uncommitted_bytes = tail
         self._starts = []
         total = 0
         for seg in commit.segments:
@@ -207,13 +240,19 @@ class Dataset:
         self.close()
 
     def __getstate__(self) -> dict:
-        return {"path": self.path, "backend": self.backend, "verify": self.verify_reads}
+        return {
+            "path": self.path,
+            "backend": self.backend,
+            "verify": self.verify_reads,
+            "cache_bytes": self.cache_bytes,
+        }
 
     def __setstate__(self, state: dict) -> None:
         # Reopen lazily: a DataLoader pickles the dataset into every worker before use.
         self.path = state["path"]
         self.backend = state["backend"]
         self.verify_reads = state["verify"]
+        self.cache_bytes = state["cache_bytes"]
         self._source = None
         self._closed_by_pickle = True
         self._len = None
@@ -287,7 +326,10 @@ class Dataset:
     # ------------------------------------------------------------------ records
 
     def _record(self, i: int) -> list:
-        offset, length, crc = self._entry(i)
+        return self._read(i, *self._entry(i))
+
+    def _read(self, i: int, offset: int, length: int, crc: int) -> list:
+        """Record ``i`` given its index entry."""
         align = self.header.alignment
         if offset % align or offset < self.header.data_start:
             raise FormatError(f"record {i} at bad offset {offset}", offset, self.path)
@@ -313,9 +355,18 @@ class Dataset:
         return self.get_many(index)
 
     def get_many(self, indices: Sequence[int] | np.ndarray) -> list[list]:
-        """Records for a list of indices, in the order given."""
+        """Records for a list of indices, in the order given.
+
+        They are read in file order, so a compressed file decompresses each frame once
+        per batch and a plain one reads forward.
+        """
         self._ensure_open()
-        return [self._record(self._normalize(int(i))) for i in indices]
+        wanted = sorted((self._normalize(int(i)), k) for k, i in enumerate(indices))
+        entries = [self._entry(i) for i, _ in wanted]  # all index lookups, then all records
+        result: list = [None] * len(wanted)
+        for (i, k), entry in zip(wanted, entries):
+            result[k] = self._read(i, *entry)
+        return result
 
     def __iter__(self) -> Iterator[list]:
         self._ensure_open()
@@ -335,23 +386,7 @@ class Dataset:
             _ = self.metadata  # parses and checks it
         except FormatError as exc:
             report.problems.append(str(exc))
-        previous_end = self.header.data_start
-        base = 0
-        for k, seg in enumerate(self._segments):
-            raw = self._source.read(seg.offset, seg.count * ENTRY_SIZE)
-            if crc32(raw) != seg.crc:
-                report.problems.append(f"index segment {k} at {seg.offset}: checksum mismatch")
-            entries = np.frombuffer(raw, ENTRY_DTYPE, seg.count)
-            starts = entries["offset"].astype(np.int64)
-            ends = starts + FRAME_SIZE + entries["length"].astype(np.int64)
-            overlaps = np.flatnonzero(starts[1:] < ends[:-1]) + 1
-            if seg.count and starts[0] < previous_end:
-                overlaps = np.concatenate([[0], overlaps])
-            for j in overlaps[:100]:  # an index problem: the read of each record says which is bad
-                j = base + int(j)
-                report.problems.append(f"index: records {j - 1} and {j} overlap in the file")
-            previous_end = int(ends[-1]) if seg.count else previous_end
-            base += seg.count
+        self._verify_index(report)
         for i in range(self._len):
             try:
                 offset, length, _ = self._entry(i)
@@ -366,12 +401,39 @@ class Dataset:
             if progress is not None and (i & 1023) == 1023:
                 progress(i + 1)
         self._verify_history(report)
+        if isinstance(self._source, ZstdSource):
+            report.problems += self._source.verify_frames()
         if self.uncommitted_bytes:
             report.problems.append(
                 f"{self.uncommitted_bytes} bytes after the last commit (a writer crashed or is "
                 "still writing); `evs.recover` salvages complete records from them"
             )
         return report
+
+    def _verify_index(self, report: VerifyReport) -> None:
+        """Segment checksums, and record frames in increasing, non-overlapping order."""
+        previous_end = self.header.data_start
+        base = 0
+        for k, seg in enumerate(self._segments):
+            try:
+                raw = self._source.read(seg.offset, seg.count * ENTRY_SIZE)
+            except FormatError as exc:
+                report.problems.append(f"index segment {k} unreadable: {exc}")
+                base += seg.count
+                continue
+            if crc32(raw) != seg.crc:
+                report.problems.append(f"index segment {k} at {seg.offset}: checksum mismatch")
+            entries = np.frombuffer(raw, ENTRY_DTYPE, seg.count)
+            starts = entries["offset"].astype(np.int64)
+            ends = starts + FRAME_SIZE + entries["length"].astype(np.int64)
+            overlaps = np.flatnonzero(starts[1:] < ends[:-1]) + 1
+            if starts[0] < previous_end:
+                overlaps = np.concatenate([[0], overlaps])
+            for j in overlaps[:100]:  # an index problem: the read of each record says which is bad
+                j = base + int(j)
+                report.problems.append(f"index: records {j - 1} and {j} overlap in the file")
+            previous_end = int(ends[-1])
+            base += seg.count
 
     def _verify_history(self, report: VerifyReport) -> None:
         """Walk the chain of earlier footers and check them and the index segments they name."""
@@ -392,10 +454,14 @@ class Dataset:
             for seg in older.segments:
                 if seg.offset not in checked:
                     checked.add(seg.offset)
-                    if crc32(self._source.read(seg.offset, seg.count * ENTRY_SIZE)) != seg.crc:
+                    try:
+                        good = crc32(self._source.read(seg.offset, seg.count * ENTRY_SIZE))
+                        good = good == seg.crc
+                    except FormatError:
+                        good = False
+                    if not good:
                         report.problems.append(
-                            f"index segment at {seg.offset} of commit {older.number}: "
-                            "checksum mismatch"
+                            f"index segment at {seg.offset} of commit {older.number} is damaged"
                         )
             commit = older
 
@@ -404,11 +470,19 @@ class Dataset:
         return f"<evalue_store.Dataset {self.path!r} {state}>"
 
 
-def open_dataset(path: str | os.PathLike, *, backend: str = "mmap", verify: bool = True) -> Dataset:
+def open_dataset(
+    path: str | os.PathLike,
+    *,
+    backend: str = "mmap",
+    verify: bool = True,
+    cache_bytes: int = DEFAULT_CACHE_BYTES,
+) -> Dataset:
     """Open a container for reading at its last commit.
 
     ``backend``: "mmap" (default; zero-copy views) or "pread" (plain reads, for network
     filesystems). ``verify``: check each record's CRC32 when it is read (default True);
     False skips that check so that big tensors are handed out without touching their pages.
+    Compressed files are recognized from their bytes; ``cache_bytes`` bounds the cache of
+    decompressed frames.
     """
-    return Dataset(path, backend=backend, verify=verify)
+    return Dataset(path, backend=backend, verify=verify, cache_bytes=cache_bytes)

@@ -5,7 +5,7 @@ independent, standard zstd frames followed by a seek table in a skippable frame,
 defined by the zstd seekable format (facebook/zstd,
 ``contrib/seekable_format/zstd_seekable_compression_format.md``). The stock ``zstd -d``
 therefore decompresses a file to the plain container, and a reader can locate and
-decompress only the frames it needs. docs/seekable-section.md describes the layout.
+decompress only the frames it needs. docs/FORMAT.md section 16 describes the layout.
 
 Everything here is container-agnostic: the caller decides where frames end. Appending a
 commit means writing new frames after the previous seek table and ending the file with
@@ -52,13 +52,14 @@ __all__ = [
     "find_last_seek_table",
     "decompress_frame",
     "aligned_empty",
+    "frame_extent",
 ]
 
 Source = Union[bytes, bytearray, memoryview, "np.ndarray", BinaryIO]
 """A whole file: any object exposing the buffer protocol (bytes, mmap, numpy uint8
 array, memoryview) or a binary file object with ``seek``/``read``."""
 
-# --- constants from the specs (see docs/seekable-section.md for sources) -------------
+# --- constants from the specs (docs/FORMAT.md section 16 has sources) -------------
 
 ZSTD_FRAME_MAGIC = 0xFD2FB528
 """Magic number of a Zstandard frame (zstd_compression_format.md, Zstandard frames)."""
@@ -499,18 +500,21 @@ def aligned_empty(nbytes: int, logical_start: int = 0, alignment: int = 64) -> n
     if nbytes < 0 or alignment < 1:
         raise ValueError("nbytes must be >= 0 and alignment >= 1")
     raw = np.empty(nbytes + alignment, dtype=np.uint8)
-    shift = (logical_start - raw.ctypes.data) % alignment
+    address = raw.__array_interface__["data"][0]  # cheaper than raw.ctypes.data
+    shift = (logical_start - address) % alignment
     return raw[shift : shift + nbytes]
 
 
 def _walk_blocks(
-    frame, header_size: int, window_size: int, has_checksum: bool
+    frame, header_size: int, window_size: int, has_checksum: bool, exact: bool = True
 ) -> tuple[int, int, int]:
     """Walk the block headers of one zstd frame without decoding.
 
     Returns (frame length, min output, max output): raw and RLE blocks give exact sizes,
     a compressed block at most Block_Maximum_Size. Lets us reject a frame whose extent
-    or declared size is impossible before allocating or decompressing anything.
+    or declared size is impossible before allocating or decompressing anything. With
+    ``exact`` the frame must end exactly at ``len(frame)``; without, it may end before
+    (used to find where a frame ends when no seek table says so).
     """
     block_max = min(window_size, BLOCK_SIZE_MAX)
     limit = len(frame)
@@ -542,7 +546,7 @@ def _walk_blocks(
             break
     if has_checksum:
         pos += 4
-    if pos != limit:
+    if pos > limit or (exact and pos != limit):
         raise ValueError(f"zstd frame is {pos} bytes long but its seek table entry says {limit}")
     return pos, lo, hi
 
@@ -644,3 +648,24 @@ def decompress_frame(
     except zstandard.ZstdError as e:
         raise fail(f"decompression failed: {e}") from None
     return result
+
+
+def frame_extent(src: Source, offset: int, end: int) -> int | None:
+    """Length of the complete zstd frame (with content size and checksum) at ``offset``,
+    or None if the bytes up to ``end`` do not hold one. Recovery uses it to walk frames
+    written after the last seek table, where no table gives their sizes."""
+    if end - offset < MIN_ZSTD_FRAME_HEADER + 3:
+        return None
+    head = bytes(_read_at(src, offset, min(end - offset, 18)))
+    if struct.unpack_from("<I", head)[0] != ZSTD_FRAME_MAGIC:
+        return None
+    try:
+        params = zstandard.get_frame_parameters(head)
+        header_size = zstandard.frame_header_size(head)
+        frame = _read_at(src, offset, end - offset)
+        length, _, _ = _walk_blocks(frame, header_size, params.window_size, True, exact=False)
+    except (zstandard.ZstdError, ValueError):
+        return None
+    if params.content_size == zstandard.CONTENTSIZE_UNKNOWN or not params.has_checksum:
+        return None
+    return length

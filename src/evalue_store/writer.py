@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import mmap
 import os
+import struct
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
+import zstandard
 
 from . import __version__
 from .codec import decode_payload, encode_record
@@ -18,10 +20,12 @@ from .container import (
     DEFAULT_ALIGNMENT,
     ENTRY,
     ENTRY_SIZE,
+    FRAME_SIZE,
     MAX_ALIGNMENT,
     MAX_METADATA,
     MIN_ALIGNMENT,
     Commit,
+    Header,
     Segment,
     align_up,
     crc32,
@@ -33,11 +37,21 @@ from .container import (
     parse_header,
     scan_frames,
 )
-from .errors import EncodeError, WriterLockedError
+from .errors import EncodeError, FormatError, WriterLockedError
+from .frames import (
+    DEFAULT_CACHE_BYTES,
+    DEFAULT_FRAME_SIZE,
+    PlainSink,
+    ZstdSink,
+    ZstdSource,
+    dictionary_frame,
+    is_compressed,
+    pwrite_all,
+)
+from .seekable import EMPTY_CHECKSUM, frame_extent
 
-FLUSH_BYTES = 4 << 20  # buffer small writes up to this much before a write(2)
-DIRECT_BYTES = 1 << 20  # parts at least this large skip the buffer
 MERGE_FANOUT = 4  # merge the newest index segments when this many share a level
+MAX_FRAME_SIZE = 64 << 20  # frames this big already compress as well as any larger
 
 
 def _lock(fd: int, path: str) -> None:
@@ -96,53 +110,150 @@ class Salvage:
     side_file: str | None
 
 
-class _FileState:
-    """The parsed state of an existing file: header and last commit, plus a read function."""
+def _side_file(path: str, keep: int, data: Any) -> str:
+    """Save bytes that recovery will cut off, fsynced, under a name no other file has."""
+    side = f"{path}.tail-{keep}"
+    counter = 0
+    while os.path.exists(side):
+        counter += 1
+        side = f"{path}.tail-{keep}.{counter}"
+    with open(side, "xb") as out:
+        out.write(data)
+        out.flush()
+        os.fsync(out.fileno())
+    return side
 
-    def __init__(self, fd: int, size: int):
-        self.fd = fd
-        self.size = size
-        self.map = mmap.mmap(fd, size, access=mmap.ACCESS_READ) if size else None
-        self.header = parse_header(self.read, size)
-        self.commit = find_last_commit(self.read, size, self.header, self.map.rfind)
+
+def _scan_tail(read: Any, header: Header, start: int, end: int, buf: Any, base: int) -> tuple:
+    """Complete, checksum-valid, decodable record frames in logical bytes [start, end).
+
+    ``buf[offset - base]`` holds logical byte ``offset``. Returns (frames, end of the last
+    frame including its zero padding, or ``start`` if none).
+    """
+
+    def validate(offset: int, length: int) -> None:
+        decode_payload(buf, offset - base, length, header.alignment)
+
+    found, good_end = scan_frames(read, start, end, header.alignment, validate)
+    if not found:
+        return found, start
+    padded = min(align_up(good_end, header.alignment), end)
+    if not any(read(good_end, padded - good_end)):  # the last record's own zero padding
+        good_end = padded
+    return found, good_end
+
+
+class _PlainFile:
+    """An existing plain container opened for appending: its state and a salvaged tail."""
+
+    def __init__(self, fd: int, size: int, path: str):
+        self.map = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
+        try:
+            self.header = parse_header(self.read, size)
+            self.commit = find_last_commit(self.read, size, self.header, self.map.rfind)
+            start = align_up(self.commit.end, self.header.alignment)
+            self.found, keep = [], self.commit.end
+            if size > self.commit.end:
+                self.found, keep = _scan_tail(self.read, self.header, start, size, self.map, 0)
+                keep = max(keep, self.commit.end) if self.found else self.commit.end
+            self.keep = keep
+            side = _side_file(path, keep, self.read(keep, size - keep)) if size > keep else None
+            self.salvage = (
+                Salvage(
+                    self.commit.record_count,
+                    len(self.found),
+                    size - self.commit.end,
+                    size - keep,
+                    side,
+                )
+                if size > self.commit.end
+                else None
+            )
+        finally:
+            self.map.close()
 
     def read(self, offset: int, n: int) -> memoryview:
         return memoryview(self.map)[offset : offset + n]
 
-    def close(self) -> None:
-        if self.map is not None:
-            self.map.close()
 
+class _ZstdFile:
+    """An existing compressed container opened for appending.
 
-def _salvage_tail(state: _FileState, path: str) -> tuple[list[tuple[int, int, int]], int, Salvage]:
-    """Find complete, checksum-valid records after the last commit; keep the rest aside."""
-    commit, header = state.commit, state.header
-    start = commit.end if commit.number else header.data_start
-    start = align_up(start, header.alignment)
+    A crash leaves frames after the last seek table; the complete ones whose bytes are
+    complete records are kept (their frames stay as they are), the rest goes to a side file.
+    """
 
-    def validate(offset: int, length: int) -> None:
-        decode_payload(state.map, offset, length, header.alignment)
+    def __init__(self, fd: int, size: int, path: str):
+        source = ZstdSource(fd, size, cache_bytes=DEFAULT_CACHE_BYTES)
+        try:
+            self.header = parse_header(source.read, source.size)
+            source.set_alignment(self.header.alignment)
+            self.commit = find_last_commit(source.read, source.size, self.header, source.rfind)
+            if self.commit.end != source.size:
+                raise FormatError("the last seek table does not end at a commit", size)
+            self.dictionary = source.dictionary
+            table = source.table
+            frames = [list(x) for x in table.entries_for_next_table()]
+            self.found, self.keep, kept = self._salvage(source, table.end, size)
+            for csize, dsize, checksum in kept:
+                frames[0].append(csize)
+                frames[1].append(dsize)
+                frames[2].append(checksum)
+            self.frames = frames
+            self.logical_end = source.size + sum(d for _, d, _ in kept)
+            side = None
+            if size > self.keep:
+                side = _side_file(path, self.keep, source.map[self.keep : size])
+            self.salvage = None
+            if size > table.end:
+                self.salvage = Salvage(
+                    self.commit.record_count,
+                    len(self.found),
+                    size - table.end,
+                    size - self.keep,
+                    side,
+                )
+        finally:
+            source.close()
 
-    found, good_end = scan_frames(state.read, start, state.size, header.alignment, validate)
-    keep = good_end if found else commit.end
-    padded = min(align_up(keep, header.alignment), state.size)
-    if found and not any(state.read(keep, padded - keep)):  # the record's own zero padding
-        keep = padded
-    side = None
-    if state.size > keep:
-        side = f"{path}.tail-{keep}"
-        counter = 0
-        while os.path.exists(side):
-            counter += 1
-            side = f"{path}.tail-{keep}.{counter}"
-        with open(side, "xb") as out:
-            out.write(state.read(keep, state.size - keep))
-            out.flush()
-            os.fsync(out.fileno())
-    report = Salvage(
-        commit.record_count, len(found), state.size - commit.end, state.size - keep, side
-    )
-    return found, keep, report
+    def _salvage(self, source: ZstdSource, start: int, size: int) -> tuple:
+        frames, logical, pos = [], bytearray(), start
+        while pos < size:
+            n = frame_extent(source.map, pos, size)
+            if n is None:
+                break
+            try:
+                data = source.dctx.decompress(source.map[pos : pos + n])
+            except zstandard.ZstdError:
+                break
+            (checksum,) = struct.unpack_from("<I", source.map, pos + n - 4)
+            frames.append((n, len(data), checksum, pos + n))
+            logical += data
+            pos += n
+        base = source.size
+        if not frames:
+            return [], start, []
+
+        def read(offset: int, n: int) -> memoryview:
+            return memoryview(logical)[offset - base : offset - base + n]
+
+        found, good_end = _scan_tail(
+            read,
+            self.header,
+            align_up(base, self.header.alignment),
+            base + len(logical),
+            logical,
+            base,
+        )
+        kept, logical_end, keep = [], base, start
+        for csize, dsize, checksum, physical_end in frames:
+            if logical_end + dsize > good_end:
+                break  # a frame holding anything but complete records is not kept
+            kept.append((csize, dsize, checksum))
+            logical_end += dsize
+            keep = physical_end
+        found = [f for f in found if f[0] + FRAME_SIZE + f[1] <= logical_end]
+        return found, keep, kept
 
 
 class Writer:
@@ -152,6 +263,11 @@ class Writer:
     (creating the file if needed; a tail left by a crashed writer is salvaged first, see
     ``salvage``). Leaving the ``with`` block, or ``close()``, commits. One writer per file:
     a second one raises WriterLockedError. Not thread-safe.
+
+    ``compression="zstd"`` stores the same container as seekable zstd frames of about
+    ``frame_size`` bytes (docs/FORMAT.md section 16); ``dictionary`` (bytes from
+    ``train_dictionary``) is stored once at the start of the file. In mode "a" the file's
+    own compression settings apply.
     """
 
     def __init__(
@@ -162,17 +278,27 @@ class Writer:
         metadata: dict | None = None,
         alignment: int = DEFAULT_ALIGNMENT,
         durable: bool = True,
+        compression: str | None = None,
+        level: int = 3,
+        frame_size: int = DEFAULT_FRAME_SIZE,
+        dictionary: bytes | None = None,
     ):
         if mode not in ("w", "x", "a"):
             raise ValueError(f"mode must be 'w', 'x' or 'a', not {mode!r}")
         if alignment & (alignment - 1) or not MIN_ALIGNMENT <= alignment <= MAX_ALIGNMENT:
             raise ValueError(f"alignment must be a power of two in [8, 65536], not {alignment}")
+        if compression not in (None, "zstd"):
+            raise ValueError(f"compression must be None or 'zstd', not {compression!r}")
+        if not 4096 <= frame_size <= MAX_FRAME_SIZE:
+            raise ValueError(f"frame_size must be in [4096, {MAX_FRAME_SIZE}], not {frame_size}")
+        if dictionary is not None and compression != "zstd":
+            raise ValueError("a dictionary needs compression='zstd'")
         self.path = os.fspath(path)
         self.durable = durable
         self.salvage: Salvage | None = None
         self._metadata_bytes = _encode_metadata(metadata)
-        self._buf = bytearray()
         self._pending = bytearray()
+        self._zstd = dict(level=level, frame_size=frame_size)
         self._fd = -1
         flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_BINARY", 0)
         if mode == "x":
@@ -184,7 +310,7 @@ class Writer:
             if mode == "a" and size:
                 self._open_existing(size, metadata is not None)
             else:
-                self._create(alignment, size)
+                self._create(alignment, size, compression, dictionary)
         except BaseException:
             os.close(self._fd)
             self._fd = -1
@@ -192,73 +318,75 @@ class Writer:
 
     # ------------------------------------------------------------------ setup
 
-    def _create(self, alignment: int, size: int) -> None:
+    def _create(
+        self, alignment: int, size: int, compression: str | None, dictionary: bytes | None
+    ) -> None:
         if size:
             os.ftruncate(self._fd, 0)
         self.alignment = alignment
         self.file_id = new_file_id()
         writer_info = f"evalue_store {__version__}"
         header = encode_header(alignment, self.file_id, time.time_ns(), writer_info)
-        self._pos = 0
+        if compression == "zstd":
+            frames: tuple[list, list, list] = ([], [], [])
+            physical = 0
+            if dictionary:
+                head = dictionary_frame(dictionary)
+                pwrite_all(self._fd, memoryview(head), 0)
+                frames = ([len(head)], [0], [EMPTY_CHECKSUM])
+                physical = len(head)
+            self._sink: Any = ZstdSink(
+                self._fd, physical, 0, frames, dictionary=dictionary, **self._zstd
+            )
+        else:
+            self._sink = PlainSink(self._fd, 0)
         self._commit = empty_commit(len(header))
-        self._write(header)
+        self._sink.write(header, len(header))
         self._metadata_dirty = True
         self.commit(force=True)
         _fsync_dir(self.path)
 
     def _open_existing(self, size: int, new_metadata: bool) -> None:
-        state = _FileState(self._fd, size)
-        try:
-            self.alignment = state.header.alignment
-            self.file_id = state.header.file_id
-            self._commit = state.commit
-            self._metadata_dirty = new_metadata
-            if state.commit.end < size or state.commit.number == 0:
-                found, keep, self.salvage = _salvage_tail(state, self.path)
-            else:
-                found, keep = [], size
-        finally:
-            state.close()
-        if keep < size:
-            os.ftruncate(self._fd, keep)
-        self._pos = keep
-        for offset, length, crc in found:
+        with open(self.path, "rb") as probe:
+            compressed = is_compressed(probe.read(8))
+        state: Any = (_ZstdFile if compressed else _PlainFile)(self._fd, size, self.path)
+        self.alignment = state.header.alignment
+        self.file_id = state.header.file_id
+        self._commit = state.commit
+        self._metadata_dirty = new_metadata
+        self.salvage = state.salvage
+        if state.keep < size:
+            os.ftruncate(self._fd, state.keep)
+        if compressed:
+            self._sink = ZstdSink(
+                self._fd,
+                state.keep,
+                state.logical_end,
+                state.frames,
+                dictionary=state.dictionary,
+                **self._zstd,
+            )
+        else:
+            self._sink = PlainSink(self._fd, state.keep)
+        for offset, length, crc in state.found:
             self._pending += ENTRY.pack(offset, length, crc, 0)
-        if found or self._commit.number == 0:
+        if state.found or self._commit.number == 0:
             self.commit(force=True)  # salvaged records become durable before anything new
 
     # ------------------------------------------------------------------ writing
 
-    def _write(self, data: Any, size: int | None = None) -> None:
-        """Append bytes at the end; ``_pos`` is the file end including the buffer."""
-        size = len(data) if size is None else size
-        if size >= DIRECT_BYTES:
-            self._flush()
-            self._pwrite(memoryview(data).cast("B"), self._pos)
-            self._pos += size
-        else:
-            self._buf += memoryview(data)  # memoryview: ndarray's __radd__ must not run
-            self._pos += size
-            if len(self._buf) >= FLUSH_BYTES:
-                self._flush()
-
-    def _pwrite(self, view: memoryview, offset: int) -> None:
-        # pwrite: explicit offsets, so nothing depends on the descriptor's file position.
-        while view:
-            written = os.pwrite(self._fd, view, offset)
-            view, offset = view[written:], offset + written
-
-    def _flush(self) -> None:
-        if self._buf:
-            with memoryview(self._buf) as view:
-                self._pwrite(view, self._pos - len(self._buf))
-            self._buf.clear()
-
     def _align(self) -> int:
-        padding = -self._pos & (self.alignment - 1)
+        padding = -self._sink.pos & (self.alignment - 1)
         if padding:
-            self._write(bytes(padding))
-        return self._pos
+            self._sink.write(bytes(padding), padding)
+        return self._sink.pos
+
+    def _block(self, data: Any, granule: int = 1) -> int:
+        """Write one block (index segment, metadata, footer) at an aligned offset."""
+        offset = self._align()
+        self._sink.begin_block(len(data), granule)
+        self._sink.write(data, len(data))
+        return offset
 
     def _check_open(self) -> None:
         if self._fd < 0:
@@ -269,8 +397,9 @@ class Writer:
         self._check_open()
         chunks, length, crc = encode_record(record, self.alignment)
         offset = self._align()  # after a footer the file end may be unaligned
+        self._sink.begin_block(FRAME_SIZE + length)
         for chunk in chunks:
-            self._write(chunk, chunk.nbytes if isinstance(chunk, np.ndarray) else len(chunk))
+            self._sink.write(chunk, chunk.nbytes if isinstance(chunk, np.ndarray) else len(chunk))
         index = len(self)
         self._pending += ENTRY.pack(offset, length, crc, 0)
         return index
@@ -292,11 +421,7 @@ class Writer:
     # ------------------------------------------------------------------ commit
 
     def _segment_bytes(self, segment: Segment) -> bytes:
-        size = segment.count * ENTRY_SIZE
-        data = os.pread(self._fd, size, segment.offset)
-        if len(data) != size:
-            raise OSError(f"{self.path}: short read of index segment at {segment.offset}")
-        return data
+        return bytes(self._sink.read(segment.offset, segment.count * ENTRY_SIZE))
 
     def _index_segments(self, new_entries: bytes) -> tuple[tuple[Segment, ...], bytes, int]:
         """Segments after adding ``new_entries``: merges the newest ones level by level.
@@ -326,14 +451,13 @@ class Writer:
         self._check_open()
         if not (self._pending or self._metadata_dirty or force):
             return
-        self._flush()
+        self._sink.flush()
         if self.durable:
             os.fsync(self._fd)
         segments, pending = self._commit.segments, bytes(self._pending)
         if pending:
             kept, data, level = self._index_segments(pending)
-            offset = self._align()
-            self._write(data)
+            offset = self._block(data, granule=ENTRY_SIZE)
             segments = kept + (Segment(offset, len(data) // ENTRY_SIZE, crc32(data), level),)
         meta_off, meta_len, meta_crc = (
             self._commit.metadata_offset,
@@ -342,9 +466,11 @@ class Writer:
         )
         if self._metadata_dirty:
             meta = self._metadata_bytes
-            meta_off, meta_len, meta_crc = (self._align() if meta else 0), len(meta), crc32(meta)
-            if meta:
-                self._write(meta)
+            meta_off, meta_len, meta_crc = (
+                (self._block(meta) if meta else 0),
+                len(meta),
+                crc32(meta),
+            )
         footer_offset = self._align()
         commit = Commit(
             self._commit.number + 1,
@@ -358,8 +484,8 @@ class Writer:
             segments,
         )
         footer = encode_footer(footer_offset, self.file_id, commit)
-        self._write(footer)
-        self._flush()
+        self._block(footer)
+        self._sink.end_commit()
         if self.durable:
             os.fsync(self._fd)
         self._commit = replace(commit, end=footer_offset + len(footer))

@@ -1,0 +1,399 @@
+"""The zstd frame layer: the container's bytes stored as seekable zstd frames.
+
+The logical byte stream is exactly a plain container (docs/FORMAT.md sections 1-14). The
+physical file is a sequence of standard zstd frames plus, after every commit, a seek table
+(zstd seekable format), so ``zstd -d`` turns it back into the plain container while a reader
+decompresses only the frames it needs. Frames end on block boundaries; a block bigger than
+the target frame size is split into frames of its own. See docs/FORMAT.md section 16.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from collections import OrderedDict
+from typing import Any
+
+import numpy as np
+import zstandard
+
+from .errors import FormatError
+from .seekable import (
+    DEFAULT_MAX_FRAME_SIZE,
+    EMPTY_CHECKSUM,
+    SeekTable,
+    aligned_empty,
+    decompress_frame,
+    encode_seek_table,
+    find_last_seek_table,
+    new_compressor,
+    new_decompressor,
+    read_seek_table,
+)
+
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+DICT_FRAME_MAGIC = 0x184D2A5D  # skippable frame holding our zstd dictionary (first frame)
+DEFAULT_FRAME_SIZE = 16 << 10
+BIG_FRAME_SIZE = 1 << 20
+DEFAULT_CACHE_BYTES = 32 << 20
+MAX_DICT_SIZE = 1 << 20
+
+
+def is_compressed(prefix: bytes) -> bool:
+    """True for a file that starts with a zstd frame or with our dictionary frame."""
+    return prefix[:4] == ZSTD_MAGIC or (
+        len(prefix) >= 4 and struct.unpack_from("<I", prefix)[0] == DICT_FRAME_MAGIC
+    )
+
+
+def dictionary_frame(dictionary: bytes) -> bytes:
+    """The skippable frame that carries the dictionary at the start of the file."""
+    return struct.pack("<II", DICT_FRAME_MAGIC, len(dictionary)) + dictionary
+
+
+def read_dictionary(src: Any, size: int) -> bytes | None:
+    """The dictionary stored in the file's first frame, or None."""
+    if size < 8:
+        return None
+    magic, length = struct.unpack("<II", bytes(src[:8]))
+    if magic != DICT_FRAME_MAGIC:
+        return None
+    if length > MAX_DICT_SIZE or 8 + length > size:
+        raise FormatError(f"dictionary frame claims {length} bytes", 4)
+    return bytes(src[8 : 8 + length])
+
+
+def _table_from_lists(csizes: list, dsizes: list, checksums: list) -> SeekTable:
+    """A SeekTable over frames the writer tracks in memory (no table in the file yet)."""
+    c = np.asarray(csizes, np.int64)
+    d = np.asarray(dsizes, np.int64)
+    coff = np.zeros(len(c) + 1, np.int64)
+    doff = np.zeros(len(c) + 1, np.int64)
+    np.cumsum(c, out=coff[1:])
+    np.cumsum(d, out=doff[1:])
+    return SeekTable(c, d, np.asarray(checksums, np.uint32), coff, doff, int(coff[-1]), 0)
+
+
+class ZstdSource:
+    """Random access to the logical bytes of a compressed container.
+
+    Decompressed frames are kept in a small LRU cache (``cache_bytes``), so neighbouring
+    reads and sequential scans decompress each frame once. Buffers are placed so that a
+    logical offset that is a multiple of the alignment is an aligned address.
+    """
+
+    def __init__(
+        self,
+        fd: int,
+        size: int,
+        *,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+    ):
+        self.physical_size = size
+        self.map = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
+        try:
+            try:
+                self.table = read_seek_table(self.map, size, max_frame_size=max_frame_size)
+            except FormatError:
+                found = find_last_seek_table(self.map, size, max_frame_size=max_frame_size)
+                if found is None:
+                    raise FormatError("compressed file holds no valid seek table", size) from None
+                self.table = found[0]
+            self.dictionary = read_dictionary(self.map, size)
+        except BaseException:
+            self.map.close()
+            raise
+        dict_data = zstandard.ZstdCompressionDict(self.dictionary) if self.dictionary else None
+        self.dctx = new_decompressor(dict_data)
+        self.size = self.table.logical_size
+        self.alignment = 64
+        self.cache_bytes = cache_bytes
+        self._cache: OrderedDict[int, np.ndarray] = OrderedDict()
+        self._cached = 0
+        self._offsets = self.table.decompressed_offsets
+
+    @property
+    def committed_physical_end(self) -> int:
+        return self.table.end
+
+    def set_alignment(self, alignment: int) -> None:
+        """Align frame buffers to the container's alignment once its header is known."""
+        if alignment != self.alignment:
+            self.alignment = alignment
+            self._cache.clear()
+            self._cached = 0
+
+    def _frame(self, k: int) -> np.ndarray:
+        buf = self._cache.get(k)
+        if buf is not None:
+            self._cache.move_to_end(k)
+            return buf
+        buf = decompress_frame(self.map, self.table, k, dctx=self.dctx, alignment=self.alignment)
+        self._cache[k] = buf
+        self._cached += buf.nbytes
+        while self._cached > self.cache_bytes and len(self._cache) > 1:
+            _, old = self._cache.popitem(last=False)
+            self._cached -= old.nbytes
+        return buf
+
+    def frame(self, offset: int, n: int) -> tuple[Any, int]:
+        """(buffer, position): logical bytes [offset, offset + n) are buffer[position:...]."""
+        if offset < 0 or n < 0 or offset + n > self.size:
+            raise FormatError(f"read of {n} bytes runs past the logical end {self.size}", offset)
+        offsets = self._offsets
+        k = int(offsets.searchsorted(offset, "right")) - 1
+        start = int(offsets[k])
+        if offset + n <= int(offsets[k + 1]):
+            return memoryview(self._frame(k)), offset - start
+        # Spans frames (a block split because it is bigger than a frame): assemble it,
+        # decompressing frames that lie wholly inside straight into place.
+        out = aligned_empty(n, offset, self.alignment)
+        pos = offset
+        while pos < offset + n:
+            k = int(offsets.searchsorted(pos, "right")) - 1
+            f_start, f_end = int(offsets[k]), int(offsets[k + 1])
+            take = min(f_end, offset + n) - pos
+            if f_start == pos and f_end <= offset + n and k not in self._cache:
+                decompress_frame(self.map, self.table, k, out[pos - offset :], dctx=self.dctx)
+            else:
+                out[pos - offset : pos - offset + take] = self._frame(k)[pos - f_start :][:take]
+            pos += take
+        return memoryview(out), 0
+
+    def read(self, offset: int, n: int) -> memoryview:
+        buf, pos = self.frame(offset, n)
+        return buf[pos : pos + n]
+
+    def verify_frames(self) -> list[str]:
+        """Decompress every frame (zstd checks each content checksum) and check that each
+        earlier seek table agrees with the final one; returns the problems found."""
+        problems = []
+        table = self.table
+        for k in range(table.num_frames):
+            try:
+                decompress_frame(self.map, table, k, dctx=self.dctx)
+            except FormatError as exc:
+                problems.append(str(exc))
+                continue
+            if table.decompressed_sizes[k] == 0 and k:  # an earlier seek table
+                end = int(table.compressed_offsets[k + 1])
+                try:
+                    old = read_seek_table(self.map, end)
+                    n = old.num_frames
+                    same = n == k and np.array_equal(
+                        old.compressed_sizes, table.compressed_sizes[:n]
+                    )
+                except FormatError:
+                    same = False
+                if not same:
+                    problems.append(f"earlier seek table (frame {k}) is damaged")
+        return problems
+
+    def rfind(self, needle: bytes, start: int, end: int) -> int:
+        raise FormatError(
+            "the last seek table does not end with a container footer", self.table.table_offset
+        )
+
+    def close(self) -> None:
+        self._cache.clear()
+        try:
+            self.map.close()
+        except BufferError:
+            pass
+
+
+class PlainSink:
+    """Writes the logical bytes straight to the file (the uncompressed container)."""
+
+    FLUSH_BYTES = 4 << 20  # buffer small writes up to this much before a write(2)
+    DIRECT_BYTES = 1 << 20  # writes at least this large skip the buffer
+
+    def __init__(self, fd: int, pos: int):
+        self.fd = fd
+        self.pos = pos  # logical end, including the buffer
+        self.buf = bytearray()
+
+    def write(self, data: Any, size: int) -> None:
+        if size >= self.DIRECT_BYTES:
+            self.flush()
+            pwrite_all(self.fd, memoryview(data).cast("B"), self.pos)
+            self.pos += size
+        else:
+            self.buf += memoryview(data)  # memoryview: ndarray's __radd__ must not run
+            self.pos += size
+            if len(self.buf) >= self.FLUSH_BYTES:
+                self.flush()
+
+    def begin_block(self, size: int, granule: int = 0) -> None:
+        """Called before each block; only the frame layer cares where blocks start."""
+
+    def flush(self) -> None:
+        if self.buf:
+            with memoryview(self.buf) as view:
+                pwrite_all(self.fd, view, self.pos - len(self.buf))
+            self.buf.clear()
+
+    def end_commit(self) -> None:
+        self.flush()
+
+    def read(self, offset: int, n: int) -> bytes:
+        self.flush()
+        data = os.pread(self.fd, n, offset)
+        if len(data) != n:
+            raise OSError(f"short read of {n} bytes at {offset}")
+        return data
+
+
+class ZstdSink:
+    """Compresses the logical bytes into zstd frames and ends each commit with a seek table.
+
+    ``frames`` are (compressed size, decompressed size, checksum) of every frame already in
+    the file, earlier seek tables included (as empty frames), in file order.
+    """
+
+    def __init__(
+        self,
+        fd: int,
+        physical_pos: int,
+        logical_pos: int,
+        frames: tuple[list, list, list],
+        *,
+        level: int,
+        frame_size: int,
+        dictionary: bytes | None,
+    ):
+        self.fd = fd
+        self.physical = physical_pos
+        self.pos = logical_pos
+        self.csizes, self.dsizes, self.checksums = (list(x) for x in frames)
+        self.frame_size = frame_size
+        self.dictionary = dictionary
+        dict_data = zstandard.ZstdCompressionDict(dictionary) if dictionary else None
+        self.cctx = new_compressor(level, dict_data)
+        self.dctx = new_decompressor(dict_data)
+        self.pending = bytearray()  # logical bytes of the frame being built
+        self.split = frame_size
+
+    def write(self, data: Any, size: int) -> None:
+        view = memoryview(data).cast("B")
+        self.pos += size
+        limit = self.split
+        while view:
+            room = limit - len(self.pending)
+            self.pending += view[:room]
+            view = view[room:]
+            if len(self.pending) >= limit:
+                self._emit()
+
+    def begin_block(self, size: int, granule: int = 0) -> None:
+        """Start a new frame before a block that would not fit in the current one.
+
+        A block bigger than a frame gets frames of its own: a record's of up to
+        BIG_FRAME_SIZE bytes (a big tensor decompresses in few calls), an index segment's
+        (``granule`` = entry size) of at most frame_size bytes cut between entries, so
+        that looking up one entry decompresses one small frame.
+        """
+        if self.pending and len(self.pending) + size > self.frame_size:
+            self._emit()
+        if granule:
+            self.split = max(granule, self.frame_size - self.frame_size % granule)
+        else:
+            self.split = max(self.frame_size, BIG_FRAME_SIZE)
+
+    def _emit(self) -> None:
+        frame = self.cctx.compress(self.pending)
+        (checksum,) = struct.unpack_from("<I", frame, len(frame) - 4)
+        pwrite_all(self.fd, memoryview(frame), self.physical)
+        self.physical += len(frame)
+        self.csizes.append(len(frame))
+        self.dsizes.append(len(self.pending))
+        self.checksums.append(checksum)
+        self.pending = bytearray()
+
+    def flush(self) -> None:
+        if self.pending:
+            self._emit()
+
+    def end_commit(self) -> None:
+        """Close the open frame and write the seek table that makes this commit findable."""
+        self.flush()
+        table = encode_seek_table(self.csizes, self.dsizes, self.checksums)
+        pwrite_all(self.fd, memoryview(table), self.physical)
+        self.physical += len(table)
+        # The next commit's table lists this one as an empty frame.
+        self.csizes.append(len(table))
+        self.dsizes.append(0)
+        self.checksums.append(EMPTY_CHECKSUM)
+
+    def read(self, offset: int, n: int) -> bytes:
+        """Logical bytes already in frames (the writer reads old index segments to merge)."""
+        self.flush()
+        table = _table_from_lists(self.csizes, self.dsizes, self.checksums)
+        src = _FdSource(self.fd)
+        out = bytearray()
+        offsets = table.decompressed_offsets
+        k = int(np.searchsorted(offsets, offset, side="right")) - 1
+        while len(out) < n:
+            data = decompress_frame(src, table, k, dctx=self.dctx)
+            start = offset + len(out) - int(offsets[k])
+            out += data[start : start + n - len(out)].tobytes()
+            k += 1
+        return bytes(out)
+
+
+class _FdSource:
+    """A file descriptor as a seekable-module source (read with os.pread)."""
+
+    def __init__(self, fd: int):
+        self._fd = fd
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def seek(self, *args: Any) -> int:
+        raise OSError("read with pread")
+
+    def read(self, *args: Any) -> bytes:
+        raise OSError("read with pread")
+
+
+def pwrite_all(fd: int, view: memoryview, offset: int) -> None:
+    # pwrite: explicit offsets, so nothing depends on the descriptor's file position.
+    while view:
+        written = os.pwrite(fd, view, offset)
+        view, offset = view[written:], offset + written
+
+
+def train_dictionary(records: Any, size: int = 64 << 10, alignment: int = 64) -> bytes:
+    """Train a zstd dictionary on sample records (lists of values), for ``Writer(dictionary=)``.
+
+    Small records compress poorly one frame at a time; a dictionary trained on a few
+    hundred typical records recovers most of what whole-file compression would gain.
+    """
+    from .codec import encode_record
+
+    samples = []
+    for values in records:
+        chunks, _, _ = encode_record(values, alignment)
+        samples.append(b"".join(bytes(memoryview(c).cast("B")) for c in chunks))
+    if len(samples) < 8:
+        raise ValueError(
+            f"training a dictionary needs at least 8 sample records, got {len(samples)}"
+        )
+    try:
+        trained = zstandard.train_dictionary(size, samples)
+    except zstandard.ZstdError as exc:
+        raise ValueError(f"zstd could not train a dictionary from these samples: {exc}") from None
+    return trained.as_bytes()
+
+
+def read_dictionary_file(path: str | os.PathLike) -> bytes | None:
+    """The dictionary stored in a compressed container (for ``zstd -d -D``), or None."""
+    with open(path, "rb") as f:
+        head = f.read(8)
+        if len(head) < 8 or struct.unpack_from("<I", head)[0] != DICT_FRAME_MAGIC:
+            return None
+        size = os.fstat(f.fileno()).st_size
+        return read_dictionary(head + f.read(min(MAX_DICT_SIZE, size - 8)), size)

@@ -1,0 +1,265 @@
+"""The zstd frame layer: same container, same API, readable by the stock zstd tool."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import struct
+import subprocess
+import time
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import evalue_store as evs
+from evalue_store import frames
+
+from .test_core import assert_same, records
+from .test_damage import record, same
+
+ZSTD = shutil.which("zstd")
+
+
+def need_zstd() -> str:
+    if ZSTD is None:
+        pytest.fail("the zstd CLI is missing: CI must install Debian's zstd package")
+    return ZSTD
+
+
+def w1(n: int, seed: int = 0) -> list:
+    rng = np.random.default_rng(seed)
+    return [
+        [rng.integers(0, 50000, 128), rng.random(16, dtype=np.float32), i % 10, f"ex-{i:06d}"]
+        for i in range(n)
+    ]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(records, max_size=8), st.sampled_from([4096, 16384]))
+def test_round_trip_compressed(tmp_path_factory, recs, frame_size):
+    path = tmp_path_factory.mktemp("z") / "data.evs.zst"
+    with evs.Writer(path, compression="zstd", frame_size=frame_size) as w:
+        w.extend(recs)
+    with evs.open(path) as ds:
+        assert ds.compressed and len(ds) == len(recs)
+        for got, want in zip(ds, recs):
+            assert_same(got, want)
+        assert ds.verify().ok
+
+
+def test_stock_zstd_decompresses_to_a_plain_container(tmp_path):
+    zstd = need_zstd()
+    recs = w1(3000)
+    path = tmp_path / "train.evs.zst"
+    with evs.Writer(path, compression="zstd", metadata={"k": 1}) as w:
+        w.extend(recs[:1000])
+        w.commit()
+        w.extend(recs[1000:2000])
+    with evs.Writer(path, mode="a") as w:  # appends keep the file a valid seekable stream
+        w.extend(recs[2000:])
+        w.append([np.arange(1 << 19, dtype=np.float64)])  # 4 MiB: frames of its own
+    plain = tmp_path / "train.evs"
+    subprocess.run([zstd, "-q", "-d", str(path), "-o", str(plain)], check=True)
+    subprocess.run([zstd, "-q", "-t", str(path)], check=True)
+    ds, dz = evs.open(plain), evs.open(path)
+    assert not ds.compressed and dz.compressed
+    assert len(ds) == len(dz) == 3001 and ds.metadata == dz.metadata == {"k": 1}
+    for i in (0, 999, 1000, 2999):
+        assert_same(ds[i], recs[i])
+        assert_same(dz[i], recs[i])
+    assert np.array_equal(dz[3000][0], np.arange(1 << 19, dtype=np.float64))
+    assert dz[3000][0].ctypes.data % 64 == 0
+    assert ds.verify().ok and dz.verify().ok
+    assert os.path.getsize(path) < 0.6 * os.path.getsize(plain)
+
+
+def test_told_apart_by_bytes_not_names(tmp_path):
+    zpath, ppath = tmp_path / "a.evs", tmp_path / "b.evs.zst"
+    with evs.Writer(zpath, compression="zstd") as w:
+        w.append([1])
+    with evs.Writer(ppath) as w:
+        w.append([2])
+    assert evs.open(zpath).compressed and evs.open(zpath)[0] == [1]
+    assert not evs.open(ppath).compressed and evs.open(ppath)[0] == [2]
+
+
+def test_random_access_decompresses_only_needed_frames(tmp_path, monkeypatch):
+    path = tmp_path / "r.evs.zst"
+    recs = w1(2000)
+    with evs.Writer(path, compression="zstd", frame_size=8192) as w:
+        w.extend(recs)
+    calls = []
+    real = frames.decompress_frame
+
+    def counting(src, table, k, *args, **kwargs):
+        calls.append(k)
+        return real(src, table, k, *args, **kwargs)
+
+    monkeypatch.setattr(frames, "decompress_frame", counting)
+    ds = evs.open(path)
+    n_frames = ds._source.table.num_frames
+    calls.clear()  # opening read the header's and the footer's frames
+    assert_same(ds[1234], recs[1234])
+    assert len(calls) == 2  # one frame of the index, one of the record
+    calls.clear()
+    for _ in ds:  # a scan decompresses each frame once
+        pass
+    assert len(calls) == len(set(calls)) and len(calls) < n_frames
+    calls.clear()
+    ds2 = evs.open(path, cache_bytes=1)  # no room to cache: batches still group by frame
+    calls.clear()
+    batch = ds2.get_many([5, 1, 3, 2, 4, 0])
+    assert_same(batch, [recs[i] for i in (5, 1, 3, 2, 4, 0)])
+    assert len(calls) <= 4
+
+
+def test_tensors_are_aligned_views_into_the_frame_buffer(tmp_path):
+    path = tmp_path / "v.evs.zst"
+    with evs.Writer(path, compression="zstd") as w:
+        for i in range(10):
+            w.append([np.arange(10 + i, dtype=np.int32), np.ones((3, 5), np.float16)])
+    ds = evs.open(path)
+    a, b = ds[3]
+    c, _ = ds[4]
+    for t in (a, b, c):
+        assert t.ctypes.data % 64 == 0 and t.flags.writeable
+    base = a.base
+    while getattr(base, "base", None) is not None and not isinstance(base, np.ndarray):
+        base = base.base
+    assert np.shares_memory(a, ds[3][0])  # the cached frame, not a copy per tensor
+
+
+def test_dictionary_is_stored_once_and_zstd_cli_uses_it(tmp_path):
+    zstd = need_zstd()
+    recs = w1(2000)
+    dictionary = evs.train_dictionary(recs[:500], size=16 << 10)
+    plain_z = tmp_path / "nodict.evs.zst"
+    dict_z = tmp_path / "dict.evs.zst"
+    with evs.Writer(plain_z, compression="zstd", frame_size=4096) as w:
+        w.extend(recs)
+    with evs.Writer(dict_z, compression="zstd", frame_size=4096, dictionary=dictionary) as w:
+        w.extend(recs)
+    with evs.Writer(dict_z, mode="a") as w:  # appends reuse the stored dictionary
+        w.append(recs[0])
+    assert os.path.getsize(dict_z) < os.path.getsize(plain_z)
+    ds = evs.open(dict_z)
+    assert len(ds) == 2001 and ds.verify().ok
+    assert_same(ds[1999], recs[1999])
+    extracted = tmp_path / "dict.zdict"
+    extracted.write_bytes(evs.read_dictionary(dict_z))
+    out = tmp_path / "dict.evs"
+    subprocess.run(
+        [zstd, "-q", "-d", "-D", str(extracted), str(dict_z), "-o", str(out)], check=True
+    )
+    assert len(evs.open(out)) == 2001
+
+
+def test_incompressible_data_still_reads(tmp_path):
+    path = tmp_path / "noise.evs.zst"
+    rng = np.random.default_rng(1)
+    noise = [[rng.random(4096).astype(np.float32)] for _ in range(50)]
+    with evs.Writer(path, compression="zstd") as w:
+        w.extend(noise)
+    ds = evs.open(path)
+    assert all(np.array_equal(ds[i][0], noise[i][0]) for i in range(50))
+
+
+def test_truncated_compressed_tail_opens_at_last_commit(tmp_path):
+    path = tmp_path / "t.evs.zst"
+    ends = []
+    with evs.Writer(path, compression="zstd", frame_size=4096) as w:
+        for c in range(3):
+            for i in range(5):
+                w.append(record(c * 5 + i))
+            w.commit()
+            ends.append(os.path.getsize(path))
+    data = path.read_bytes()
+    cut = tmp_path / "cut.evs.zst"
+    for size in range(ends[0], len(data), 3):
+        cut.write_bytes(data[:size])
+        ds = evs.open(cut)
+        whole = [k for k, end in enumerate(ends) if end <= size]
+        assert len(ds) == 5 * (whole[-1] + 1)
+        assert all(same(ds[i], i) for i in range(len(ds)))
+    for size in range(0, 40):
+        cut.write_bytes(data[:size])
+        with pytest.raises(evs.FormatError):
+            evs.open(cut)
+
+
+def test_corrupted_frames_raise_and_verify_reports(tmp_path):
+    path = tmp_path / "c.evs.zst"
+    with evs.Writer(path, compression="zstd", frame_size=4096) as w:
+        for i in range(200):
+            w.append(record(i))
+    data = bytearray(path.read_bytes())
+    rng = random.Random(3)
+    for _ in range(60):
+        flipped = bytearray(data)
+        pos = rng.randrange(len(data))
+        flipped[pos] ^= 1 << rng.randrange(8)
+        path.write_bytes(flipped)
+        try:
+            ds = evs.open(path)
+        except evs.FormatError:
+            continue
+        report = ds.verify()
+        if report.ok:  # some bits of a zstd bitstream are padding: the data must be intact
+            assert len(ds) == 200 and all(same(ds[i], i) for i in range(200)), pos
+            continue
+        for i in range(len(ds)):  # never silently wrong: each record is right or raises
+            try:
+                assert same(ds[i], i)
+            except evs.FormatError:
+                pass
+
+
+def _zstd_child(path: str, seed: int) -> None:
+    rng = random.Random(seed)
+    w = evs.Writer(path, mode="a")
+    i = len(w)
+    while True:
+        w.append(record(i))
+        i += 1
+        if rng.random() < 0.2:
+            w.commit()
+            os.write(3, struct.pack("<Q", len(w)))
+
+
+def test_killed_compressed_writers_lose_no_committed_record(tmp_path):
+    path = str(tmp_path / "k.evs.zst")
+    evs.Writer(path, compression="zstd", frame_size=4096).close()
+    rng = random.Random(11)
+    salvaged = committed = 0
+    for trial in range(30):
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.dup2(write_end, 3)
+                _zstd_child(path, trial)
+            finally:
+                os._exit(1)
+        os.close(write_end)
+        time.sleep(rng.uniform(0.0, 0.05))
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        reported = os.read(read_end, 1 << 20)
+        os.close(read_end)
+        committed = struct.unpack_from("<Q", reported, len(reported) - 8)[0] if reported else 0
+        ds = evs.open(path)
+        assert len(ds) >= committed and all(same(ds[i], i) for i in range(len(ds)))
+        ds.close()
+        report = evs.recover(path)
+        salvaged += report.salvaged_records
+        ds = evs.open(path)
+        assert ds.uncommitted_bytes == 0 and all(same(ds[i], i) for i in range(len(ds)))
+        assert ds.verify().ok
+        ds.close()
+        if report.side_file:
+            os.remove(report.side_file)
+    assert committed > 0 and salvaged > 0
