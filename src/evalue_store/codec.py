@@ -17,7 +17,7 @@ import numpy as np
 from .container import FRAME, FRAME_MAGIC, FRAME_SIZE
 from .dtypes import CODE_TO_DTYPE, dtype_code
 from .errors import EncodeError, FormatError
-from .values import MAX_RANK, Kind, classify
+from .values import INT64_MAX, INT64_MIN, MAX_RANK, Kind, classify
 
 _U8 = struct.Struct("<B")
 _U32 = struct.Struct("<I")
@@ -64,7 +64,7 @@ class _Builder:
         return self.base + len(self.cur)
 
     def pad(self) -> None:
-        self.cur.extend(bytes(-self.pos & (self.alignment - 1)))
+        self.cur += _ZEROS[: -(self.base + len(self.cur)) & (self.alignment - 1)]
 
     def add_array(self, flat: np.ndarray) -> None:
         if flat.nbytes < BIG_PART:
@@ -77,6 +77,7 @@ class _Builder:
 
 
 _DIMS = [struct.Struct(f"<{rank}Q") for rank in range(MAX_RANK + 1)]
+_ZEROS = memoryview(bytes(1 << 16))  # padding source: alignment is at most 65536
 
 
 def _memory_layout(array: np.ndarray) -> tuple[np.ndarray, tuple[int, ...] | None]:
@@ -98,7 +99,10 @@ def _memory_layout(array: np.ndarray) -> tuple[np.ndarray, tuple[int, ...] | Non
 
 
 def _encode_tensor(out: _Builder, array: np.ndarray) -> None:
-    data, order = _memory_layout(array)
+    if array.flags.c_contiguous and array.dtype.byteorder != ">":
+        data, order = array, None  # the common case, without a call
+    else:
+        data, order = _memory_layout(array)
     rank = array.ndim
     cur = out.cur
     cur += _TENSOR_HEAD.pack(Kind.TENSOR, dtype_code(array.dtype), rank, 1 if order else 0)
@@ -111,7 +115,17 @@ def _encode_tensor(out: _Builder, array: np.ndarray) -> None:
 
 def _encode_value(out: _Builder, value: Any, kind: Kind | None = None) -> None:
     if kind is None:
-        kind, value = classify(value)
+        cls = type(value)  # exact types first: most values are these, and classify is slower
+        if cls is np.ndarray:
+            kind = Kind.TENSOR
+        elif cls is int and INT64_MIN <= value <= INT64_MAX:
+            kind = Kind.INT
+        elif cls is str:
+            kind = Kind.STRING
+        elif cls is float:
+            kind = Kind.DOUBLE
+        else:
+            kind, value = classify(value)
     if kind is Kind.TENSOR:
         _encode_tensor(out, value)
     elif kind is Kind.INT:
