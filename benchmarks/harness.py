@@ -45,6 +45,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, help="timed repetitions per phase")
     p.add_argument("--budget", type=float, help="seconds after which a phase stops repeating")
     p.add_argument("--timeout", type=float, help="seconds allowed per subprocess")
+    p.add_argument(
+        "--render",
+        type=Path,
+        metavar="JSON",
+        help="only rewrite the markdown report of an existing results file",
+    )
     p.add_argument("--worker", help=argparse.SUPPRESS)  # adapter name, in the subprocess
     p.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     return p.parse_args(argv)
@@ -128,6 +134,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker:
         return worker_main(args)
     from .report import machine_facts, markdown
+
+    if args.render:
+        args.render.with_suffix(".md").write_text(markdown(json.loads(args.render.read_text())))
+        return 0
 
     workloads = [w for w in args.workloads.split(",") if w]
     adapters = [a for a in args.adapters.split(",") if a]

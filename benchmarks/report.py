@@ -37,7 +37,7 @@ METRICS: tuple[tuple[str, str, bool], ...] = (
     ("scan_rec_s", "scan rec/s", True),
     ("scan_mb_s", "scan MB/s", True),
 )
-RATIO_METRICS = tuple(m for m in METRICS if m[0] != "scan_mb_s")
+RATIO_METRICS = tuple(m for m in METRICS if m[0] not in ("write_mb_s", "scan_mb_s"))
 
 
 def _version(dist: str) -> str | None:
@@ -111,7 +111,7 @@ def machine_facts(work_dir: Path) -> dict[str, Any]:
 
 
 def _fmt(value: float) -> str:
-    if value >= 100_000:
+    if value >= 1000:
         return f"{value:,.0f}"
     if value >= 100:
         return f"{value:.0f}"
@@ -160,15 +160,21 @@ def workload_markdown(section: dict[str, Any]) -> str:
         if not ref_rows:
             continue
         lines.append(
-            f"Ratio against {label} (per column; 1.00 = as good, 2.00 = twice as slow or big)"
+            f"Ratio against {label} (per column; 1.00 = as good, 2.00 = twice as slow or big"
             + (
-                " — best peer per column among: " + ", ".join(r["adapter"] for r in peers)
-                if label == "the best peer"
-                else ""
+                "; peers: every format but the floor and evalue_store)"
+                if peers is ref_rows
+                else ")"
             )
         )
         lines.append("")
         lines += ["| format | " + " | ".join(titles) + " |", "|" + "---|" * (len(titles) + 1)]
+        if ref_rows is peers:
+            cells = ["*(best peer)*"]
+            for key, _, higher in RATIO_METRICS:
+                best = _best(ref_rows, key, higher)
+                cells.append(next((r["adapter"] for r in ref_rows if r.get(key) == best), "–"))
+            lines.append("| " + " | ".join(cells) + " |")
         for r in ok:
             cells = [r["adapter"]]
             for key, _, higher in RATIO_METRICS:

@@ -51,7 +51,7 @@ class Workload:
 
 W1 = Workload(
     name="W1",
-    description="200,000 x [int64[128] tokens, float32[16] features, int label, str id]",
+    description="[int64[128] tokens, float32[16] features, int label, str id]",
     fields=(
         Field("tokens", "tensor", "int64", (128,)),
         Field("features", "tensor", "float32", (16,)),
@@ -64,7 +64,7 @@ W1 = Workload(
 
 W2 = Workload(
     name="W2",
-    description="5,000 x [uint8[224,224,3] image, int label]",
+    description="[uint8[224,224,3] image, int label]",
     fields=(Field("image", "tensor", "uint8", (224, 224, 3)), Field("label", "int")),
     n=5_000,
     seed=2,
@@ -73,7 +73,7 @@ W2 = Workload(
 
 W3 = Workload(
     name="W3",
-    description="8 x [float32 64 MiB tensor]: time to get one tensor",
+    description="[float32 tensor of 64 MiB] (quick: 4 MiB): time to get one tensor",
     fields=(Field("weights", "tensor", "float32", (16 * 1024 * 1024,)),),
     n=8,
     seed=3,
