@@ -1,0 +1,7 @@
+"""``python -m evalue_store``: the ``evalue-store`` command line, without the script on PATH."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

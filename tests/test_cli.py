@@ -1,0 +1,664 @@
+"""The ``evalue-store`` command line, run as a subprocess on real (and damaged) files."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+from contextlib import redirect_stderr, redirect_stdout
+from html.parser import HTMLParser
+
+import numpy as np
+import pytest
+
+import evalue_store as evs
+from evalue_store import cli, java
+
+ENV = {**os.environ, "PYTHONUTF8": "1"}
+
+
+def run(
+    *args: object, code: int = 0, env: dict | None = None, inprocess: bool = False
+) -> subprocess.CompletedProcess:
+    """``python -m evalue_store ARGS``; checks the exit code and the one-line error rule.
+
+    ``inprocess`` calls ``cli.main`` directly instead: the same checks, without the
+    interpreter start-up, for the many variations of a command already run for real.
+    """
+    if inprocess:
+        out, err = io.StringIO(), io.StringIO()
+        with redirect_stdout(out), redirect_stderr(err):
+            try:
+                returncode = cli.main([str(a) for a in args])
+            except SystemExit as exc:  # argparse's exits
+                returncode = exc.code
+        proc = subprocess.CompletedProcess(args, returncode, out.getvalue(), err.getvalue())
+    else:
+        proc = subprocess.run(
+            [sys.executable, "-m", "evalue_store", *map(str, args)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env or ENV,
+        )
+    assert proc.returncode == code, (proc.returncode, proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr
+    if code and not (code == 1 and proc.stdout and not proc.stderr):  # else a problem report
+        assert proc.stderr.startswith("evalue-store: "), proc.stderr
+        assert proc.stderr.count("\n") == 1, proc.stderr
+    return proc
+
+
+def w1_record(i: int) -> list:
+    rng = np.random.default_rng(i)
+    return [
+        rng.integers(0, 1000, 8, dtype=np.int64),
+        rng.standard_normal(4).astype(np.float32),
+        int(i % 3),
+        f"id-{i}",
+    ]
+
+
+def write_npz_dir(folder, n: int = 12) -> list[list]:
+    """n .npz files named 1.npz .. n.npz; keys in a non-alphabetical stored order."""
+    folder.mkdir()
+    records = [w1_record(i) for i in range(n)]
+    for i, (tokens, features, label, ident) in enumerate(records):
+        np.savez(folder / f"{i + 1}.npz", tokens=tokens, features=features, label=label, id=ident)
+    (folder / "README.txt").write_text("not data")
+    return records
+
+
+def same_record(got: list, want: list) -> bool:
+    if len(got) != len(want):
+        return False
+    for g, w in zip(got, want):
+        if isinstance(w, np.ndarray):
+            if not (isinstance(g, np.ndarray) and g.dtype == w.dtype and np.array_equal(g, w)):
+                return False
+        elif type(g) is not type(w) or g != w:
+            return False
+    return True
+
+
+@pytest.fixture
+def packed(tmp_path):
+    """A container packed from a folder of .npz files, and the records it must hold."""
+    records = write_npz_dir(tmp_path / "samples")
+    out = tmp_path / "train.evs"
+    proc = run("pack", tmp_path / "samples", "-o", out, "--metadata", '{"split": "train"}')
+    assert "packed 12 records from 12 files" in proc.stdout
+    return out, records
+
+
+def flip_byte(path, record: int, at: int = 40) -> None:
+    with evs.open(path) as ds:
+        offset = int(ds.entries()["offset"][record]) + 16 + at
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        byte = f.read(1)[0]
+        f.seek(offset)
+        f.write(bytes([byte ^ 0x10]))
+
+
+# ----------------------------------------------------------------------------- help, errors
+
+
+def test_every_command_has_help_with_an_example(capsys):
+    names = [c.name for c in cli.COMMANDS]
+    assert {"demo", "info", "head", "show", "stats", "verify", "recover", "pack", "export"} <= set(
+        names
+    ) and "merge" in names
+    for name in names:
+        with pytest.raises(SystemExit) as exit_info:
+            cli.main([name, "--help"])
+        assert exit_info.value.code == 0
+        text = capsys.readouterr().out
+        assert "example:\n  evalue-store " + name in text and "--quiet" in text
+    assert "exit codes" in run("--help").stdout
+
+
+def test_errors_are_one_line_with_exit_2(tmp_path):
+    missing = run("info", tmp_path / "missing.evs", code=2)
+    assert "missing.evs: No such file or directory" in missing.stderr
+    not_ours = tmp_path / "notes.txt"
+    not_ours.write_text("hello")
+    assert "bad magic" in run("verify", not_ours, code=2, inprocess=True).stderr
+    assert "is a directory" in run("head", tmp_path, code=2, inprocess=True).stderr
+    assert "required: FILE" in run("verify", code=2, inprocess=True).stderr
+    assert "invalid choice" in run("frobnicate", code=2, inprocess=True).stderr
+    assert "no command given" in run(code=2, inprocess=True).stderr
+    debug = subprocess.run(
+        [sys.executable, "-m", "evalue_store", "info", tmp_path / "missing.evs", "--debug"],
+        capture_output=True,
+        text=True,
+    )
+    assert debug.returncode != 0 and "Traceback" in debug.stderr
+
+
+def test_installed_script_runs():
+    script = shutil.which("evalue-store")
+    if script is None:
+        pytest.skip("evalue-store script not on PATH (pip install -e . installs it)")
+    proc = subprocess.run([script, "--version"], capture_output=True, text=True)
+    assert proc.returncode == 0 and evs.__version__ in proc.stdout
+
+
+# ----------------------------------------------------------------------------- demo
+
+
+def test_demo_packs_reads_verifies_and_shows(tmp_path):
+    proc = run("demo", "--dir", tmp_path)
+    out = tmp_path / "demo.evs"
+    assert f"the demo file is {out}" in proc.stdout
+    assert "identical to the samples" in proc.stdout and "OK" in proc.stdout
+    assert "[0] Tensor int64[128]" in proc.stdout and "[3] String" in proc.stdout
+    with evs.open(out) as ds:
+        assert len(ds) == cli.DEMO_RECORDS and ds.verify().ok
+        assert ds.metadata["fields"] == ["tokens", "features", "label", "id"]
+        assert ds[5][3] == "w1-00005" and ds[5][0].dtype == np.int64
+
+
+# ----------------------------------------------------------------------------- looking
+
+
+def test_info_head_show(packed):
+    out, records = packed
+    text = run("info", out).stdout
+    assert "records        12" in text and "[0] Tensor int64[8]" in text
+    info = json.loads(run("info", out, "--json", inprocess=True).stdout)
+    assert {
+        "file",
+        "records",
+        "file_bytes",
+        "data_bytes",
+        "index_bytes",
+        "metadata_bytes",
+        "overhead_bytes",
+        "uncommitted_bytes",
+        "commits",
+        "segments",
+        "alignment",
+        "writer",
+        "created",
+        "file_id",
+        "metadata",
+        "schema_sampled_records",
+        "schema",
+        "problems",
+    } == set(info)
+    assert info["records"] == 12 and info["file_bytes"] == os.path.getsize(out)
+    parts = ("data_bytes", "index_bytes", "metadata_bytes", "overhead_bytes")
+    assert sum(info[k] for k in parts) == info["file_bytes"]
+    assert info["metadata"] == {"split": "train", "fields": ["tokens", "features", "label", "id"]}
+    assert [row["types"] for row in info["schema"]] == [
+        ["Tensor int64[8]"],
+        ["Tensor float32[4]"],
+        ["Int"],
+        ["String"],
+    ]
+    head = run("head", out, "-n", "2").stdout
+    assert head.count("record ") == 2 and "min " in head and "'id-1'" in head
+    last = run("show", out, "-1").stdout
+    assert last.startswith("record 11: 4 values") and "'id-11'" in last
+    assert np.array2string(records[11][0]) in last  # whole tensor, as numpy prints it
+    assert "out of range" in run("show", out, "12", code=2, inprocess=True).stderr
+
+
+# ----------------------------------------------------------------------------- stats
+
+
+class _WellFormed(HTMLParser):
+    """Checks that every element closes in order; collects tag names."""
+
+    VOID = {"meta", "br", "img", "hr", "link", "input"}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stack: list[str] = []
+        self.tags: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list) -> None:
+        self.tags.append(tag)
+        if tag not in self.VOID:
+            self.stack.append(tag)
+
+    def handle_startendtag(self, tag: str, attrs: list) -> None:
+        self.tags.append(tag)
+
+    def handle_endtag(self, tag: str) -> None:
+        assert self.stack and self.stack[-1] == tag, (tag, self.stack)
+        self.stack.pop()
+
+
+@pytest.fixture
+def varied(tmp_path):
+    """Records with NaN/Inf, ragged tensors, lists, bfloat16, complex, bytes and None."""
+    path = tmp_path / "varied.evs"
+    with evs.Writer(path) as w:
+        for i in range(40):
+            floats = np.arange(i % 5 + 1, dtype=np.float32)
+            if i % 10 == 0:
+                floats[0] = np.nan
+            if i == 3:
+                floats[-1] = np.inf
+            w.append(
+                [
+                    floats,
+                    [i, i + 1],
+                    evs.float32_to_bfloat16(np.full(2, 1.5, np.float32)),
+                    np.array([1 + 2j]),
+                    b"\x00" * (i % 4),
+                    None if i % 2 else "even",
+                    bool(i % 3),
+                ]
+            )
+    return path
+
+
+def test_stats_text_json_and_sample(varied):
+    text = run("stats", varied).stdout
+    assert "40 records (all records read)" in text and "█" in text
+    assert "nan 4" in text and "posinf 1" in text
+    report = json.loads(run("stats", varied, "--json", inprocess=True).stdout)
+    assert {
+        "file",
+        "records",
+        "records_read",
+        "unreadable_records",
+        "unreadable_examples",
+        "record_bytes",
+        "positions",
+    } == set(report)
+    pos = report["positions"]
+    assert [p["position"] for p in pos] == list(range(7))
+    assert set(pos[0]) == {
+        "position",
+        "count",
+        "kinds",
+        "dtypes",
+        "shapes",
+        "other_shapes",
+        "elements",
+        "values",
+        "string_lengths",
+    }
+    values = pos[0]["values"]
+    assert set(values) == {"count", "min", "max", "mean", "nan", "posinf", "neginf", "histogram"}
+    assert values["nan"] == 4 and values["posinf"] == 1 and values["min"] == 0.0
+    assert pos[0]["shapes"] == {f"[{k}]": 8 for k in range(1, 6)}
+    assert pos[0]["elements"]["histogram"]["counts"] == [8] * 5
+    assert sum(values["histogram"]["counts"]) == values["count"]
+    assert pos[1]["kinds"] == {"ListInt": 40} and pos[1]["values"]["max"] == 40
+    assert pos[2]["dtypes"] == {"bfloat16": 40} and pos[2]["values"]["mean"] == 1.5
+    assert pos[3]["dtypes"] == {"complex128": 40} and pos[3]["values"] is None
+    assert pos[4]["kinds"] == {"Bytes": 40} and pos[4]["string_lengths"]["max"] == 3
+    assert pos[5]["kinds"] == {"String": 20, "None": 20}
+    assert pos[6]["kinds"] == {"Bool": 40} and pos[6]["values"]["histogram"]["counts"] == [14, 26]
+    sizes = report["record_bytes"]
+    with evs.open(varied) as ds:
+        assert sizes["count"] == 40 and sizes["max"] == int(ds.entries()["length"].max()) + 16
+    sampled = json.loads(run("stats", varied, "--json", "--sample", "3", inprocess=True).stdout)
+    assert sampled["records_read"] == 3 and sampled["positions"][0]["count"] == 3
+    ascii_only = run("stats", varied, env={**os.environ, "PYTHONIOENCODING": "ascii"}).stdout
+    assert "#" in ascii_only
+
+
+def test_stats_html_is_a_well_formed_page_with_svg(varied, tmp_path):
+    page = tmp_path / "report.html"
+    run("stats", varied, "--html", page, "--quiet")
+    text = page.read_text(encoding="utf-8")
+    parser = _WellFormed()
+    parser.feed(text)
+    parser.close()
+    assert parser.stack == [] and text.startswith("<!DOCTYPE html>")
+    assert parser.tags.count("svg") >= 5 and "rect" in parser.tags and "table" in parser.tags
+    assert "<script" not in text and "http://" not in text.replace("http://www.w3.org/2000/svg", "")
+    chromium = "/usr/bin/chromium"
+    if not os.path.exists(chromium):
+        pytest.skip("no /usr/bin/chromium: headless render check not run")
+    shot = tmp_path / "shot.png"
+    subprocess.run(
+        [
+            chromium,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            f"--screenshot={shot}",
+            "--window-size=900,1400",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        timeout=60,
+    )
+    png = shot.read_bytes()
+    assert png.startswith(b"\x89PNG") and len(set(png[100:])) > 50  # not one flat colour
+
+
+def test_histogram_counts_every_value_exactly():
+    rng = np.random.default_rng(7)
+    numbers = cli.Numbers()
+    chunks = [rng.standard_normal(n) * scale for n, scale in ((10, 1), (5000, 30), (70000, 0.1))]
+    chunks.append(np.array([1e6, -5e5]))
+    for chunk in chunks:
+        numbers.add_array(chunk)
+    stats = numbers.to_json()
+    everything = np.concatenate(chunks)
+    edges, counts = np.array(stats["histogram"]["edges"]), stats["histogram"]["counts"]
+    assert len(numbers.hist.counts) == cli.Histogram.BINS  # memory stays fixed
+    assert sum(counts) == stats["count"] == everything.size
+    index = np.searchsorted(edges, everything, side="right") - 1
+    assert np.bincount(index, minlength=len(counts)).tolist() == counts
+    assert stats["min"] == everything.min() and stats["max"] == everything.max()
+    assert stats["mean"] == pytest.approx(everything.mean())
+    labels = cli.Numbers()
+    for i in range(1000):
+        labels.add_scalar(i % 10)
+    assert labels.to_json()["histogram"] == {
+        "edges": list(range(11)),
+        "counts": [100] * 10,
+        "integer": True,
+    }
+
+
+# ----------------------------------------------------------------------------- verify, recover
+
+
+def test_verify_names_a_flipped_record(packed, tmp_path):
+    out, _ = packed
+    assert "OK, 12 records" in run("verify", out).stdout
+    clean = json.loads(run("verify", out, "--json", inprocess=True).stdout)
+    assert clean == {
+        "file": str(out),
+        "ok": True,
+        "records": 12,
+        "bytes_checked": clean["bytes_checked"],
+        "bad_records": [],
+        "problems": [],
+        "uncommitted_bytes": 0,
+    }
+    flip_byte(out, 7)
+    text = run("verify", out, code=1).stdout
+    assert "1 bad record," in text and "record 7: record checksum mismatch" in text
+    report = json.loads(run("verify", out, "--json", code=1, inprocess=True).stdout)
+    assert report["ok"] is False
+    assert report["bad_records"] == [{"index": 7, "reason": "record checksum mismatch"}]
+    error = run("show", out, "7", code=1).stderr
+    assert "train.evs: record 7: record checksum mismatch (at byte" in error
+    head = run("head", out, "-n", "9", code=1, inprocess=True).stdout
+    assert "record 7: unreadable: record checksum mismatch" in head and "'id-8'" in head
+    stats = json.loads(run("stats", out, "--json", code=1, inprocess=True).stdout)
+    assert stats["unreadable_records"] == 1 and stats["positions"][0]["count"] == 11
+    assert (
+        "record 7"
+        in run(
+            "export", out, "--to", tmp_path / "x", "--format", "npz", code=1, inprocess=True
+        ).stderr
+    )
+
+
+KILLED_WRITER = """
+import os, signal, sys
+import numpy as np
+import evalue_store as evs
+w = evs.Writer(sys.argv[1])
+for i in range(350):
+    w.append([np.full(4096, i, np.float32), f"step {i}"])
+    if i == 49:
+        w.commit()
+os.kill(os.getpid(), signal.SIGKILL)  # mid-run: ~4 MiB of records flushed, none committed
+"""
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL")
+def test_recover_after_a_killed_writer(tmp_path):
+    path = tmp_path / "run.evs"
+    proc = subprocess.run([sys.executable, "-c", KILLED_WRITER, path], capture_output=True)
+    assert proc.returncode == -9
+    with open(path, "r+b") as f:  # and the last write was torn
+        f.truncate(os.path.getsize(path) - 1000)
+    before = path.read_bytes()
+    info = json.loads(run("info", path, "--json").stdout)
+    assert info["records"] == 50 and info["uncommitted_bytes"] > 4_000_000
+    assert "bytes after the last commit" in run("verify", path, code=1).stdout
+    text = run("recover", path).stdout
+    assert "kept 50 committed records" in text
+    with evs.open(path) as ds:
+        salvaged = len(ds) - 50
+        assert salvaged > 200 and ds.verify().ok
+        assert all(ds[i][1] == f"step {i}" and ds[i][0][0] == i for i in range(len(ds)))
+    assert f"salvaged {salvaged} complete records" in text
+    side = text.split("damaged tail bytes to ")[1].split(" (nothing deleted)")[0]
+    assert os.path.exists(side) and before.endswith(open(side, "rb").read())
+    assert path.read_bytes()[:1000] == before[:1000]
+    assert "nothing to recover" in run("recover", path).stdout
+    assert "OK" in run("verify", path).stdout
+
+
+# ----------------------------------------------------------------------------- pack, export, merge
+
+
+def test_pack_rules_for_npz_npy_and_globs(packed, tmp_path):
+    out, records = packed
+    with evs.open(out) as ds:  # natural order: 2.npz before 10.npz
+        assert all(same_record(ds[i], records[i]) for i in range(12))
+    assert (
+        "already exists"
+        in run("pack", tmp_path / "samples", "-o", out, code=2, inprocess=True).stderr
+    )
+    npy = tmp_path / "npy"
+    npy.mkdir()
+    np.save(npy / "a.npy", np.eye(3, dtype=np.float16))
+    np.save(npy / "b.npy", np.array(5))
+    glob_out = tmp_path / "npy.evs"
+    run("pack", str(npy / "*.npy"), "-o", glob_out, inprocess=True)
+    with evs.open(glob_out) as ds:
+        assert ds[0][0].dtype == np.float16 and ds[0][0].shape == (3, 3) and ds[1] == [5]
+    run("pack", npy / "a.npy", "-o", out, "--append", inprocess=True)
+    with evs.open(out) as ds:
+        assert len(ds) == 13 and ds.metadata["split"] == "train"
+    run("pack", npy / "a.npy", "-o", out, "--force", inprocess=True)
+    assert len(evs.open(out)) == 1
+    assert (
+        "unknown input type"
+        in run(
+            "pack",
+            tmp_path / "samples" / "README.txt",
+            "-o",
+            tmp_path / "r.evs",
+            code=2,
+            inprocess=True,
+        ).stderr
+    )
+    assert (
+        "no such file"
+        in run(
+            "pack", tmp_path / "none*.npz", "-o", tmp_path / "n.evs", code=2, inprocess=True
+        ).stderr
+    )
+    pickled = tmp_path / "obj.npy"
+    np.save(pickled, np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    assert (
+        "obj.npy: cannot read"
+        in run("pack", pickled, "-o", tmp_path / "p.evs", code=2, inprocess=True).stderr
+    )
+    assert not (tmp_path / "p.evs").exists()
+
+
+def test_pack_jsonl_rule(tmp_path):
+    src = tmp_path / "data.jsonl"
+    line = [[1, 2, 3], [1.5, 2], [[1, 2], [3, 4]], [True, False], "s", 7, 2.5, True, None, []]
+    src.write_text(json.dumps(line) + "\n\n" + json.dumps(line) + "\n")
+    out = tmp_path / "j.evs"
+    run("pack", src, "-o", out)
+    with evs.open(out) as ds:
+        assert len(ds) == 2
+        got = ds[0]
+        assert [type(v).__name__ for v in got[4:9]] == ["str", "int", "float", "bool", "NoneType"]
+        assert [a.dtype.name for a in got[:4]] == ["int64", "float32", "int64", "bool"]
+        assert got[2].shape == (2, 2) and got[9].dtype == np.int64 and got[9].shape == (0,)
+    run("pack", src, "-o", out, "--dtype", "bfloat16", "--force", inprocess=True)
+    assert evs.open(out)[0][1].dtype == evs.BFLOAT16
+    for bad, message in (
+        ('{"a": 1}', "line 2: each line must be a JSON list"),
+        ("[[[1, 2], [3]]]", "line 2: value 0: nested lists must be rectangular"),
+        ('[[1, "x"]]', "line 2: value 0: a list must hold only numbers or only bools, not str"),
+        ("[[true, 1]]", "value 0: a list mixes bools and numbers"),
+        ("[{}]", "value 0: JSON objects have no EValue kind"),
+        ("[123456789012345678901234567890]", "does not fit in int64"),
+        ("[1, 2", "line 2: Expecting"),
+    ):
+        src.write_text("[1]\n" + bad + "\n")
+        error = run("pack", src, "-o", tmp_path / "bad.evs", code=2, inprocess=True).stderr
+        assert message in error and "data.jsonl" in error, error
+        assert not (tmp_path / "bad.evs").exists()  # a failed pack leaves no output
+    src.write_text("[1]\n[[[1, 2], [3]]]\n")
+    run(
+        "pack", tmp_path / "j.evs", "-o", out, code=2, inprocess=True
+    )  # a container is not an input
+    error = run("pack", src, "-o", out, "--append", code=2, inprocess=True).stderr
+    assert "the 1 records before it were appended" in error
+    assert len(evs.open(out)) == 3
+
+
+def test_java_bin_pack_and_export_are_byte_exact(tmp_path):
+    src = tmp_path / "android"
+    src.mkdir()
+    rng = np.random.default_rng(3)
+    originals = []
+    for i in range(6):
+        record = [
+            np.frombuffer(rng.bytes(4 * 64), ">f4").reshape(8, 8),  # NaN payloads included
+            np.frombuffer(rng.bytes(2 * 5), ">f2"),
+            np.arange(i, dtype=">i8"),
+            np.array([0, 255, i], np.uint8),
+            np.array([-128, 127], np.int8),
+            np.zeros((0, 3), ">i4"),
+            "héllo ✓ " * i,
+            None,
+            i % 2 == 0,
+            -(2**63) + i,
+            float(np.frombuffer(rng.bytes(8), ">f8")[0]),
+        ]
+        data = java.dumps_record(record)
+        originals.append(data)
+        (src / f"{i:06d}.bin").write_bytes(data)
+    out = tmp_path / "android.evs"
+    run("pack", src, "-o", out)
+    assert "[2] Tensor int64[0]" in run("head", out, "-n", "1").stdout
+    run("export", out, "--to", tmp_path / "back", "--format", "java")
+    back = sorted(os.listdir(tmp_path / "back"))
+    assert back == [f"{i:06d}.bin" for i in range(6)]
+    assert [(tmp_path / "back" / n).read_bytes() for n in back] == originals
+    error = run(
+        "export", out, "--to", tmp_path / "back", "--format", "java", code=2, inprocess=True
+    ).stderr
+    assert "000000.bin: already exists" in error
+    run("export", out, "--to", tmp_path / "back", "--format", "java", "--force", inprocess=True)
+    (src / "000002.bin").write_bytes(originals[2][:-3])
+    error = run("pack", src, "-o", tmp_path / "torn.evs", code=2, inprocess=True).stderr
+    assert "000002.bin: not an EVJ1 record" in error
+    listed = tmp_path / "listed.evs"
+    with evs.Writer(listed) as w:
+        w.append([[1, 2, 3]])
+    error = run(
+        "export", listed, "--to", tmp_path / "j", "--format", "java", code=2, inprocess=True
+    ).stderr
+    assert "record 0: record value 0: Java's EValue has no list kinds" in error
+
+
+def test_export_npz_and_jsonl_round_trip(packed, tmp_path):
+    out, records = packed
+    run("export", out, "--to", tmp_path / "npz", "--format", "npz")
+    names = sorted(os.listdir(tmp_path / "npz"))
+    assert names == [f"{i:06d}.npz" for i in range(12)]
+    with np.load(tmp_path / "npz" / names[3]) as npz:
+        assert npz.files == ["tokens", "features", "label", "id"]
+    again = tmp_path / "again.evs"
+    run("pack", tmp_path / "npz", "-o", again, inprocess=True)
+    run("export", out, "--to", tmp_path / "jsonl", "--format", "jsonl")
+    lines = (tmp_path / "jsonl" / "train.jsonl").read_text().splitlines()
+    assert len(lines) == 12 and json.loads(lines[0])[3] == "id-0"
+    from_json = tmp_path / "from_json.evs"
+    run("pack", tmp_path / "jsonl" / "train.jsonl", "-o", from_json, inprocess=True)
+    with evs.open(again) as a, evs.open(from_json) as b:
+        assert all(same_record(a[i], records[i]) for i in range(12))
+        assert all(same_record(b[i], records[i]) for i in range(12))
+
+
+def test_merge(packed, tmp_path):
+    out, records = packed
+    other = tmp_path / "other.evs"
+    with evs.Writer(other, metadata={"split": "extra"}) as w:
+        w.append(["extra", 1.5])
+    merged = tmp_path / "merged.evs"
+    assert "merged 13 records from 2 files" in run("merge", out, other, "-o", merged).stdout
+    with evs.open(merged) as ds:
+        assert len(ds) == 13 and ds.metadata["split"] == "train"
+        assert same_record(ds[11], records[11]) and ds[12] == ["extra", 1.5]
+    run(
+        "merge",
+        other,
+        out,
+        "-o",
+        merged,
+        "--force",
+        "--metadata",
+        '{"split": "all"}',
+        inprocess=True,
+    )
+    with evs.open(merged) as ds:
+        assert ds[0] == ["extra", 1.5] and ds.metadata == {"split": "all"}
+    assert "already exists" in run("merge", out, "-o", merged, code=2, inprocess=True).stderr
+    assert (
+        "must be a JSON object"
+        in run("merge", out, "-o", merged, "--metadata", "[1]", code=2, inprocess=True).stderr
+    )
+    flip_byte(other, 0, at=4)
+    assert (
+        "record 0"
+        in run("merge", out, other, "-o", tmp_path / "m2.evs", code=1, inprocess=True).stderr
+    )
+    leftovers = [n for n in os.listdir(tmp_path) if n.startswith("m2.evs")]
+    assert leftovers == []  # the partial output was removed
+
+
+def stderr_on_a_terminal(*args: object) -> str:
+    """Run the command with stderr on a pseudo-terminal; returns what appeared there."""
+    pty = pytest.importorskip("pty")
+    fcntl = pytest.importorskip("fcntl")
+    termios = pytest.importorskip("termios")
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))  # 80 columns
+    proc = subprocess.run(
+        [sys.executable, "-m", "evalue_store", *map(str, args)],
+        stdout=subprocess.PIPE,
+        stderr=slave,
+        timeout=60,
+        env=ENV,
+    )
+    os.close(slave)
+    assert proc.returncode == 0
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 1 << 16)
+        except OSError:  # EIO: the terminal has no writer left
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(master)
+    return b"".join(chunks).decode("utf-8", "replace")
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="needs a pseudo-terminal")
+def test_progress_bars_only_on_a_terminal_and_not_quiet(packed):
+    out, _ = packed
+    assert "stats" in stderr_on_a_terminal("stats", out)  # tqdm's bar, labelled "stats"
+    assert stderr_on_a_terminal("stats", out, "--quiet") == ""
+    assert run("stats", out).stderr == ""  # stderr is a pipe here: no bar
