@@ -273,7 +273,8 @@ class Dataset:
                     raise FormatError("metadata checksum mismatch", c.metadata_offset, self.path)
                 try:
                     value = json.loads(raw.decode("utf-8"))
-                except (UnicodeDecodeError, ValueError) as exc:
+                except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+                    # RecursionError: hostile nesting ([[[[...) deeper than json can parse
                     raise FormatError(f"metadata is not JSON: {exc}", c.metadata_offset) from None
                 if not isinstance(value, dict):
                     raise FormatError("metadata is not a JSON object", c.metadata_offset, self.path)
