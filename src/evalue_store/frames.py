@@ -103,7 +103,10 @@ class ZstdSource:
                 self.table = found[0]
             self.dictionary = read_dictionary(self.map, size)
         except BaseException:
-            self.map.close()
+            try:
+                self.map.close()
+            except BufferError:
+                pass  # the error's traceback still holds views of the map; they free it
             raise
         dict_data = zstandard.ZstdCompressionDict(self.dictionary) if self.dictionary else None
         self.dctx = new_decompressor(dict_data)
