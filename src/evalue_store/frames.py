@@ -102,14 +102,18 @@ class ZstdSource:
                     raise FormatError("compressed file holds no valid seek table", size) from None
                 self.table = found[0]
             self.dictionary = read_dictionary(self.map, size)
+            dict_data = zstandard.ZstdCompressionDict(self.dictionary) if self.dictionary else None
+            try:
+                self.dctx = new_decompressor(dict_data)
+            except zstandard.ZstdError as exc:
+                reason = f"dictionary frame holds no usable dictionary: {exc}"
+                raise FormatError(reason, 8) from None
         except BaseException:
             try:
                 self.map.close()
             except BufferError:
                 pass  # the error's traceback still holds views of the map; they free it
             raise
-        dict_data = zstandard.ZstdCompressionDict(self.dictionary) if self.dictionary else None
-        self.dctx = new_decompressor(dict_data)
         self.size = self.table.logical_size
         self.alignment = 64
         self.cache_bytes = cache_bytes
