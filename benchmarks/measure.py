@@ -8,6 +8,7 @@ is taken per phase from the kernel's high-water mark (VmHWM), which is reset bet
 from __future__ import annotations
 
 import gc
+import os
 import shutil
 import time
 from collections.abc import Callable, Iterable
@@ -146,7 +147,12 @@ def _scan_pass(adapter: Adapter, budget_s: float) -> dict[str, float]:
 def measure(
     name: str, workload: Workload, settings: Settings, work_dir: Path, check: bool
 ) -> dict[str, Any]:
-    result: dict[str, Any] = {"adapter": name, "workload": workload.name, "n": workload.n}
+    result: dict[str, Any] = {
+        "adapter": name,
+        "workload": workload.name,
+        "n": workload.n,
+        "loadavg_1m_start": os.getloadavg()[0],  # the box is shared: a high value flags noise
+    }
     try:
         t0 = time.perf_counter()
         adapter = load_adapter(name, workload.fields)
@@ -250,6 +256,7 @@ def _measure(
         scan_records=int(sum(p["count"] for p in scans)),
         scan_complete=all(int(p["count"]) == n for p in scans),
         peak_rss_read_mb=peak_rss_mb(),
+        loadavg_1m_end=os.getloadavg()[0],
     )
     adapter.close()
 
