@@ -154,7 +154,7 @@ def test_installed_script_runs():
 def test_demo_packs_reads_verifies_and_shows(tmp_path):
     proc = run("demo", "--dir", tmp_path)
     out = tmp_path / "demo.evs"
-    assert f"the demo file is {out}" in proc.stdout
+    assert f"the demo file is {os.path.abspath(out)}" in proc.stdout
     assert "identical to the samples" in proc.stdout and "OK" in proc.stdout
     assert "[0] Tensor int64[128]" in proc.stdout and "[3] String" in proc.stdout
     with evs.open(out) as ds:
@@ -255,6 +255,8 @@ def varied(tmp_path):
                     b"\x00" * (i % 4),
                     None if i % 2 else "even",
                     bool(i % 3),
+                    [np.zeros((2, 2)), None],
+                    [],
                 ]
             )
     return path
@@ -275,7 +277,7 @@ def test_stats_text_json_and_sample(varied):
         "positions",
     } == set(report)
     pos = report["positions"]
-    assert [p["position"] for p in pos] == list(range(7))
+    assert [p["position"] for p in pos] == list(range(9))
     assert set(pos[0]) == {
         "position",
         "count",
@@ -299,6 +301,8 @@ def test_stats_text_json_and_sample(varied):
     assert pos[4]["kinds"] == {"Bytes": 40} and pos[4]["string_lengths"]["max"] == 3
     assert pos[5]["kinds"] == {"String": 20, "None": 20}
     assert pos[6]["kinds"] == {"Bool": 40} and pos[6]["values"]["histogram"]["counts"] == [14, 26]
+    assert pos[7]["kinds"] == {"ListOptionalTensor": 40} and pos[7]["shapes"] == {"[2, 2]": 40}
+    assert pos[8]["kinds"] == {"List(empty)": 40} and pos[8]["values"] is None
     sizes = report["record_bytes"]
     with evs.open(varied) as ds:
         assert sizes["count"] == 40 and sizes["max"] == int(ds.entries()["length"].max()) + 16
@@ -306,6 +310,30 @@ def test_stats_text_json_and_sample(varied):
     assert sampled["records_read"] == 3 and sampled["positions"][0]["count"] == 3
     ascii_only = run("stats", varied, env={**os.environ, "PYTHONIOENCODING": "ascii"}).stdout
     assert "#" in ascii_only
+
+
+def test_head_and_show_every_kind(varied):
+    head = run("head", varied, "-n", "1", inprocess=True).stdout
+    for text in (
+        "[0] Tensor float32[1] [nan]  min - max - nan 1",
+        "[1] ListInt[2] [0, 1]",
+        "[2] Tensor bfloat16[2] [1.5 1.5]  min 1.5 max 1.5",
+        "[3] Tensor complex128[1] [1.+2.j]",
+        "[4] Bytes[0] b''",
+        "[5] String 'even'",
+        "[6] Bool False",
+        "[7] ListOptionalTensor[2] float64[2, 2] [0. 0. 0. 0.]  min 0 max 0; None",
+        "[8] List(empty) []",
+    ):
+        assert text in head
+    shown = run("show", varied, "3", inprocess=True).stdout
+    assert (
+        "[7] ListOptionalTensor[2]\n      item 0: Tensor float64[2, 2]\n        [[0. 0.]" in shown
+    )
+    assert "[0] Tensor float32[4]\n      [ 0.  1.  2. inf]" in shown and "[5] None" in shown
+    schema = json.loads(run("info", varied, "--json", inprocess=True).stdout)["schema"]
+    assert schema[7]["types"] == ["ListOptionalTensor[float64[2, 2], None]"]
+    assert schema[8]["types"] == ["List(empty)"] and len(schema[0]["types"]) == 5
 
 
 def test_stats_html_is_a_well_formed_page_with_svg(varied, tmp_path):

@@ -282,7 +282,7 @@ def type_text(value: Any) -> str:
     if kind in ("ListTensor", "ListOptionalTensor"):
         inner = ", ".join("None" if v is None else type_text(v)[7:] for v in value[:3])
         return f"{kind}[{inner}{', ...' if len(value) > 3 else ''}]"
-    if kind.startswith("List"):
+    if kind.startswith("List") and value:
         return f"{kind}[{len(value)}]"
     return kind
 
@@ -339,6 +339,8 @@ def value_summary(value: Any) -> str:
     if kind in ("ListTensor", "ListOptionalTensor"):
         items = "; ".join("None" if v is None else tensor_summary(v) for v in value[:2])
         return short(f"{kind}[{len(value)}] {items}{'; ...' if len(value) > 2 else ''}", 150)
+    if kind == "List(empty)":
+        return "List(empty) []"
     if kind.startswith("List"):
         return f"{kind}[{len(value)}] {short(str(value))}"
     if kind == "Bytes":
@@ -359,13 +361,30 @@ def value_full(value: Any) -> str:
     if kind in ("ListTensor", "ListOptionalTensor"):
         parts = [f"{kind}[{len(value)}]"]
         for k, item in enumerate(value):
-            parts.append(f"  item {k}: " + ("None" if item is None else value_full(item)))
+            head, *body = ["None"] if item is None else value_full(item).splitlines()
+            parts += [f"item {k}: {head}"] + [f"  {line}" for line in body]
         return "\n".join(parts)
+    if kind == "List(empty)":
+        return "List(empty) []"
     if kind.startswith("List"):
         return f"{kind}[{len(value)}] {value}"
     if kind == "None":
         return "None"
     return f"{kind} {value!r}"
+
+
+def print_head(ds: evs.Dataset, n: int) -> int:
+    """The first ``n`` records, summarized; an unreadable one is named and skipped."""
+    code = EXIT_OK
+    for i in range(min(max(n, 0), len(ds))):
+        if i:
+            print()
+        try:
+            print_record(i, ds[i])
+        except evs.FormatError as exc:
+            print(f"record {i}: unreadable: {without_index(exc.reason, i)}")
+            code = EXIT_PROBLEMS
+    return code
 
 
 def print_record(index: int, record: list, full: bool = False) -> None:
@@ -1258,9 +1277,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
         print(f"\n5. {PROG} info {out}")
         print_info(*info_report(ds))
         print(f"\n6. {PROG} head {out} -n 2")
-        for i in range(2):
-            print_record(i, ds[i])
-    print(f"\nthe demo file is {out}")
+        print_head(ds, 2)
+    print(f"\nthe demo file is {os.path.abspath(out)}")
     print(f"next: {PROG} stats {out} --html {os.path.join(folder, 'report.html')}")
     return EXIT_OK
 
@@ -1303,17 +1321,8 @@ def _head_args(p: argparse.ArgumentParser) -> None:
     "head", "the first records, tensors summarized", "evalue-store head train.evs -n 3", _head_args
 )
 def cmd_head(args: argparse.Namespace) -> int:
-    code = EXIT_OK
     with open_dataset(args.file) as ds:
-        for i in range(min(max(args.n, 0), len(ds))):
-            if i:
-                print()
-            try:
-                print_record(i, ds[i])
-            except evs.FormatError as exc:
-                print(f"record {i}: unreadable: {without_index(exc.reason, i)}")
-                code = EXIT_PROBLEMS
-    return code
+        return print_head(ds, args.n)
 
 
 def _show_args(p: argparse.ArgumentParser) -> None:
@@ -1402,7 +1411,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         for problem in report.problems:
             print(f"  {problem}")
         if report.uncommitted_bytes:
-            print(f"  (after a crash: `{PROG} recover {args.file}` salvages whole records)")
+            print(f"  next: `{PROG} recover {args.file}`")
     return EXIT_OK if report.ok else EXIT_PROBLEMS
 
 
