@@ -356,3 +356,22 @@ def test_torch_from_numpy_takes_views_without_copy_or_warning(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.stdout.strip() == "ok 45.0", out.stderr
     assert torch is not None
+
+
+def test_repeated_structures_decode_through_layouts_and_mismatches_fall_back(tmp_path):
+    """Records of one structure are decoded by a compiled layout; a record whose length
+    matches but whose structure differs must still decode exactly."""
+    path = tmp_path / "layouts.evs"
+    same_length = [[7], [2.5], [True, None, None, None, None, None, None, None], [None] * 9]
+    recs = [[np.arange(4) + i, f"k{i}", i, float(i), i % 2 == 0, None] for i in range(6)]
+    recs += same_length * 3
+    recs.append([np.arange(4).reshape(2, 2).T, "x", 1, 1.0, True, None])  # a dim order
+    recs.append([np.arange(4).reshape(2, 2).T, "y", 2, 2.0, False, None])
+    recs.append([np.ones(4, np.int64), b"\xff", 1, 1.0, True, None])  # bytes, same length
+    with evs.Writer(path) as w:
+        w.extend(recs)
+    ds = evs.open(path)
+    for _ in range(3):  # the second sighting of a length compiles; later reads use it
+        for i, want in enumerate(recs):
+            assert_same(ds[i], want)
+    assert any(layout is not None for layout in ds._layouts.values())

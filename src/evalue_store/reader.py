@@ -13,7 +13,7 @@ from typing import Any, Union
 
 import numpy as np
 
-from .codec import decode_payload
+from .codec import compile_layout, decode_payload
 from .container import (
     ENTRY,
     ENTRY_DTYPE,
@@ -31,6 +31,7 @@ from .errors import FormatError
 from .frames import DEFAULT_CACHE_BYTES, ZstdSource, is_compressed
 
 Index = Union[int, slice, Sequence[int], np.ndarray]
+MAX_LAYOUTS = 1024  # record structures remembered per reader (bounded: lengths may all differ)
 
 
 def aligned_buffer(size: int, alignment: int) -> np.ndarray:
@@ -206,6 +207,8 @@ class Dataset:
         self._segments = commit.segments
         self._len = commit.record_count
         self._metadata: dict | None = None
+        self._layouts: dict[int, Any] = {}  # payload length -> Layout (or None: not compiled)
+        self._lengths_seen: set[int] = set()
 
     def _close_source(self) -> None:
         if self._source is not None:
@@ -338,14 +341,34 @@ class Dataset:
             raise FormatError(f"record {i} runs past the committed end", offset, self.path)
         buf, pos = self._source.frame(offset, FRAME_SIZE + length)
         try:
-            check_frame(bytes(buf[pos : pos + FRAME_SIZE]), offset, self.commit.end, length, crc)
             if self.verify_reads:
                 payload = memoryview(buf)[pos + FRAME_SIZE : pos + FRAME_SIZE + length]
-                if zlib.crc32(payload) != crc:
+                if zlib.crc32(payload) != crc:  # say first if the frame disagrees with the index
+                    head = bytes(buf[pos : pos + FRAME_SIZE])
+                    check_frame(head, offset, self.commit.end, length, crc)
                     raise FormatError("record checksum mismatch", offset)
-            return decode_payload(buf, pos, length, align)
+            layout = self._layouts.get(length)
+            if layout is not None:
+                values = layout.decode(buf, pos, crc)  # checks the frame header too
+                if values is not None:
+                    return values
+            check_frame(bytes(buf[pos : pos + FRAME_SIZE]), offset, self.commit.end, length, crc)
+            values = decode_payload(buf, pos, length, align)
         except FormatError as exc:
             raise FormatError(f"record {i}: {exc.reason}", exc.offset, self.path) from None
+        self._learn_layout(buf, pos, length)
+        return values
+
+    def _learn_layout(self, buf: Any, pos: int, length: int) -> None:
+        """Compile a Layout for a record length seen twice (a repeating structure)."""
+        if length in self._layouts or length not in self._lengths_seen:
+            if len(self._lengths_seen) > MAX_LAYOUTS:
+                self._lengths_seen.clear()
+            self._lengths_seen.add(length)
+            return
+        if len(self._layouts) > MAX_LAYOUTS:
+            self._layouts.clear()
+        self._layouts[length] = compile_layout(buf, pos, length, self.header.alignment)
 
     def __getitem__(self, index: Index) -> Any:
         self._ensure_open()
