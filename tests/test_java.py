@@ -540,7 +540,9 @@ def tensors(draw: st.DrawFn) -> np.ndarray:
 NAN_DOUBLES = st.integers(0, 2**52 - 1).map(
     lambda m: struct.unpack(">d", struct.pack(">Q", (0xFFF << 52) | m | 1))[0]
 )
-CHARS = st.sampled_from(["\x00", "a", "é", "世", "\U0001f600", "\U0010ffff"]) | st.characters()
+CHARS = st.sampled_from(["\x00", "a", "é", "世", "\U0001f600", "\U0010ffff"]) | st.characters(
+    codec="utf-8"
+)
 TEXT = st.text(CHARS)
 VALUES = st.one_of(
     st.none(),
