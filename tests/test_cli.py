@@ -628,6 +628,8 @@ def test_merge(packed, tmp_path):
     with evs.open(merged) as ds:
         assert len(ds) == 13 and ds.metadata["split"] == "train"
         assert same_record(ds[11], records[11]) and ds[12] == ["extra", 1.5]
+        with evs.open(out) as first:  # re-encoded to the very same payload bytes
+            assert (ds.entries()["crc"][:12] == first.entries()["crc"]).all()
     run(
         "merge",
         other,

@@ -53,6 +53,8 @@ class CliError(Exception):
 
 @dataclass(frozen=True)
 class Command:
+    """One subcommand: how it parses its arguments and what it runs."""
+
     name: str
     summary: str
     example: str
@@ -160,7 +162,7 @@ def _error_line(exc: Exception, file: str | None) -> tuple[int, str]:
 # ------------------------------------------------------------------------------- helpers
 
 
-def progress(args: argparse.Namespace, total: int | None, desc: str, unit: str) -> tqdm:
+def progress(args: argparse.Namespace, total: int, desc: str, unit: str) -> tqdm:
     """A tqdm bar on stderr, shown only when stderr is a terminal and not --quiet."""
     show = not args.quiet and sys.stderr.isatty()
     return tqdm(
@@ -212,12 +214,15 @@ def natural_key(text: str) -> list[tuple[int, Any]]:
 
 
 def human_bytes(n: int) -> str:
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if size < 1024 or unit == "TiB":
-            return f"{n:,} B" if unit == "B" else f"{n:,} B ({size:.1f} {unit})"
-        size /= 1024
-    raise AssertionError("unreachable")
+    """``1,304,568 B (1.2 MiB)``: exact for scripts that grep, rounded for people."""
+    if n < 1024:
+        return f"{n:,} B"
+    size, unit = n / 1024, "KiB"
+    for bigger in ("MiB", "GiB", "TiB"):
+        if size < 1024:
+            break
+        size, unit = size / 1024, bigger
+    return f"{n:,} B ({size:.1f} {unit})"
 
 
 def num(x: Any) -> str:
@@ -1097,11 +1102,10 @@ def output_writer(
             yield writer
         return
     refuse_overwrite(path, force)
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, temp = tempfile.mkstemp(prefix=os.path.basename(path) + ".", suffix=".partial", dir=folder)
-    os.close(fd)
+    temp = f"{path}.{os.getpid()}.partial"
+    writer = evs.Writer(temp, "x", metadata=metadata, alignment=alignment)  # ours from here on
     try:
-        with evs.Writer(temp, "w", metadata=metadata, alignment=alignment) as writer:
+        with writer:
             yield writer
         os.replace(temp, path)
     finally:
@@ -1500,7 +1504,7 @@ DIR/<name>.jsonl, one JSON list per record (tensors as nested lists).""",
 def cmd_export(args: argparse.Namespace) -> int:
     with open_dataset(args.file) as ds, progress(args, len(ds), "export", "rec") as bar:
         n = export_records(ds, args, bar)
-    print(f"exported {n:,} records to {args.to} as {args.format}")
+    print(f"exported {plural(n, 'record')} to {args.to} as {args.format}")
     return EXIT_OK
 
 
@@ -1537,5 +1541,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
     finally:
         for ds in datasets:
             ds.close()
-    print(f"merged {total:,} records from {len(datasets)} files into {args.output}")
+    print(
+        f"merged {plural(total, 'record')} from {plural(len(datasets), 'file')} into {args.output}"
+    )
     return EXIT_OK
