@@ -1,0 +1,557 @@
+"""Sharded datasets: many container files written by size limits, read as one indexed dataset.
+
+``ShardWriter`` rolls to a new file at a record or byte limit and, when it closes, writes a
+small JSON manifest next to its shards. ``open_shards`` reads one file, a glob, a directory,
+a list or manifests as a ``ShardedDataset`` with one global record index.
+
+Manifest (``format`` "evalue_store.shards", ``version`` 1)::
+
+    {"format": "evalue_store.shards", "version": 1, "records": 250,
+     "shards": [{"path": "train-00000.evs", "records": 100, "bytes": 123456,
+                 "footer_sha256": "9f86d0..."}, ...]}
+
+Shard paths are relative to the manifest's directory. ``footer_sha256`` is the SHA-256 (hex)
+of the shard's last footer (bytes ``[commit.footer_offset, commit.end)``): it names the exact
+commit the manifest describes, so a shard replaced or appended to since is caught without
+reading its records. (Not a CRC-32: a footer ends with its own CRC, and the CRC-32 of data
+followed by its CRC is the same constant for every footer.)
+
+Several processes can write in parallel with distinct patterns (each gets its own manifest);
+``merge_manifests`` combines them, or pass them all to ``open_shards``. No torch import here.
+"""
+
+from __future__ import annotations
+
+import bisect
+import glob
+import hashlib
+import json
+import os
+import tempfile
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Union
+
+import numpy as np
+
+from .container import encode_footer
+from .errors import FormatError
+from .reader import Dataset, open_dataset
+from .writer import Writer
+
+MANIFEST_FORMAT = "evalue_store.shards"
+MANIFEST_VERSION = 1
+MANIFEST_SUFFIX = ".manifest.json"
+DIRECTORY_MANIFEST = "manifest.json"  # what open_shards(directory) prefers, and merge writes
+ENTRY_BYTES = 16  # one index entry per record, written at commit (docs/FORMAT.md)
+
+PathLike = Union[str, os.PathLike]
+Source = Union[PathLike, Sequence[PathLike]]
+
+
+@dataclass(frozen=True)
+class ShardInfo:
+    """One shard as a manifest lists it; ``path`` is absolute once loaded."""
+
+    path: str
+    records: int
+    nbytes: int
+    footer_sha256: str
+
+
+def footer_checksum(dataset: Dataset) -> str:
+    """SHA-256 (hex) of the footer of the commit ``dataset`` sees: names that exact commit.
+
+    The footer is re-encoded from the parsed commit (encoding is deterministic, and the
+    parse checked its CRC), which also covers compressed files, whose footer bytes are
+    logical rather than at a file offset.
+    """
+    commit = dataset.commit
+    return hashlib.sha256(
+        encode_footer(commit.footer_offset, dataset.header.file_id, commit)
+    ).hexdigest()
+
+
+def describe_shard(path: PathLike) -> ShardInfo:
+    """Open a shard briefly and describe its last commit (what a manifest records)."""
+    with open_dataset(path, verify=False) as ds:
+        return ShardInfo(os.path.abspath(ds.path), len(ds), ds.commit.end, footer_checksum(ds))
+
+
+# ---------------------------------------------------------------------------- manifests
+
+
+def _atomic_write_json(path: str, value: Any, durable: bool = True) -> None:
+    """Write JSON so readers see the old file or the new one, never a torn one."""
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(value, f, indent=1)
+            f.write("\n")
+            f.flush()
+            if durable:
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    if durable:
+        try:
+            dfd = os.open(directory, os.O_RDONLY)
+        except OSError:
+            return  # not possible on every platform; the file itself was fsynced
+        try:
+            os.fsync(dfd)
+        except OSError:
+            pass
+        finally:
+            os.close(dfd)
+
+
+def write_manifest(path: PathLike, shards: Sequence[ShardInfo], durable: bool = True) -> str:
+    """Write a manifest listing ``shards`` (paths stored relative to the manifest)."""
+    path = os.path.abspath(os.fspath(path))
+    base = os.path.dirname(path)
+    _atomic_write_json(
+        path,
+        {
+            "format": MANIFEST_FORMAT,
+            "version": MANIFEST_VERSION,
+            "records": sum(s.records for s in shards),
+            "shards": [
+                {
+                    "path": os.path.relpath(s.path, base),
+                    "records": s.records,
+                    "bytes": s.nbytes,
+                    "footer_sha256": s.footer_sha256,
+                }
+                for s in shards
+            ],
+        },
+        durable,
+    )
+    return path
+
+
+def read_manifest(path: PathLike) -> list[ShardInfo]:
+    """Parse a manifest; shard paths come back absolute. Raises FormatError if malformed."""
+    path = os.path.abspath(os.fspath(path))
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise FormatError(f"manifest is not JSON: {exc}", None, path) from None
+    if not isinstance(doc, dict) or doc.get("format") != MANIFEST_FORMAT:
+        raise FormatError(f"not an {MANIFEST_FORMAT} manifest", None, path)
+    if doc.get("version") != MANIFEST_VERSION:
+        raise FormatError(f"unsupported manifest version {doc.get('version')!r}", None, path)
+    base = os.path.dirname(path)
+    shards = []
+    try:
+        for item in doc["shards"]:
+            info = ShardInfo(
+                os.path.normpath(os.path.join(base, item["path"])),
+                item["records"],
+                item["bytes"],
+                item["footer_sha256"],
+            )
+            if not all(isinstance(v, int) and v >= 0 for v in (info.records, info.nbytes)):
+                raise TypeError("negative or non-integer count")
+            if not isinstance(info.footer_sha256, str):
+                raise TypeError("footer_sha256 is not a string")
+            shards.append(info)
+    except (KeyError, TypeError) as exc:
+        raise FormatError(f"malformed shard list: {exc!r}", None, path) from None
+    if doc.get("records") != sum(s.records for s in shards):
+        raise FormatError("record total disagrees with the shard list", None, path)
+    return shards
+
+
+def merge_manifests(inputs: Source, out: PathLike) -> str:
+    """Combine manifests (paths, a glob or a list) into one at ``out``, in the order given.
+
+    This is how shards from parallel ShardWriters become one dataset: each writer uses its
+    own pattern and manifest, and one process merges them when all are done. A shard listed
+    twice is an error. The shards are not opened; ``open_shards(out, validate=True)`` checks
+    them. Returns the absolute path written.
+    """
+    manifests = _expand(inputs)
+    if not manifests:
+        raise FileNotFoundError(f"no manifests match {inputs!r}")
+    shards = [s for m in manifests for s in read_manifest(m)]
+    _check_unique(shards)
+    return write_manifest(out, shards)
+
+
+def _check_unique(shards: Sequence[ShardInfo]) -> None:
+    seen: set[str] = set()
+    for s in shards:
+        key = os.path.realpath(s.path)
+        if key in seen:
+            raise ValueError(f"shard {s.path} is listed more than once")
+        seen.add(key)
+
+
+# ---------------------------------------------------------------------------- writing
+
+
+def _default_manifest(pattern: str) -> str:
+    """``data/train-{:05d}.evs`` -> ``data/train.manifest.json``; no prefix -> manifest.json."""
+    directory, name = os.path.split(pattern)
+    prefix = name.split("{", 1)[0].rstrip("-_.")
+    return os.path.join(directory, prefix + MANIFEST_SUFFIX if prefix else DIRECTORY_MANIFEST)
+
+
+class ShardWriter:
+    """Writes records across shard files named ``pattern.format(n)`` for n = 0, 1, ...
+
+    A new shard starts before a record once the current one holds ``max_records`` records
+    or ``max_bytes`` bytes (data plus index; the footer adds ~100 bytes). The byte limit is
+    soft, as in WebDataset: a shard ends after the record that reaches the limit, so it
+    exceeds ``max_bytes`` by less than one record. Each shard gets ``metadata``.
+
+    ``close()`` (or leaving the ``with`` block normally) commits the last shard and writes the
+    manifest atomically (default: the pattern's prefix + ".manifest.json"). Leaving the block
+    by an exception commits the shards but writes no manifest, so a half-done job does not
+    look finished. Shards are created with mode "x" unless ``overwrite``: rerunning a job into
+    the same place must not mix old and new shards silently. Other keywords (``alignment``,
+    ``compression``...) go to each ``Writer``; ``max_bytes`` counts uncompressed bytes.
+
+    For parallel writers give each process its own pattern, e.g.
+    ``f"data/train-{rank:02d}-{{:05d}}.evs"``, then ``merge_manifests``.
+    """
+
+    def __init__(
+        self,
+        pattern: PathLike,
+        *,
+        max_records: int | None = None,
+        max_bytes: int | None = None,
+        metadata: dict | None = None,
+        manifest: PathLike | None = None,
+        durable: bool = True,
+        overwrite: bool = False,
+        **writer_options: Any,
+    ):
+        self.pattern = os.fspath(pattern)
+        if self.pattern.format(0) == self.pattern.format(1):
+            raise ValueError(f"pattern {self.pattern!r} needs a placeholder such as {{:05d}}")
+        for name, limit in (("max_records", max_records), ("max_bytes", max_bytes)):
+            if limit is not None and limit < 1:
+                raise ValueError(f"{name} must be positive, not {limit}")
+        self.max_records = max_records
+        self.max_bytes = max_bytes
+        self.metadata = metadata
+        self.manifest_path = os.path.abspath(
+            os.fspath(manifest) if manifest is not None else _default_manifest(self.pattern)
+        )
+        self.writer_options = writer_options
+        self.durable = durable
+        self.mode = "w" if overwrite else "x"
+        self.shards: list[ShardInfo] = []
+        self._writer: Writer | None = None
+        self._count = 0
+        self._closed = False
+
+    def _full(self, writer: Writer) -> bool:
+        n = len(writer)
+        if self.max_records is not None and n >= self.max_records:
+            return True
+        # Writer has no public position yet: its sink's is the logical end, buffer included.
+        size = writer._sink.pos + ENTRY_BYTES * n
+        return self.max_bytes is not None and size >= self.max_bytes
+
+    def append(self, record: Sequence[Any]) -> int:
+        """Append one record; returns its global index across all shards."""
+        if self._closed:
+            raise ValueError("ShardWriter is closed")
+        if self._writer is not None and self._full(self._writer):
+            self._finish_shard()
+        if self._writer is None:
+            path = self.pattern.format(len(self.shards))
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            self._writer = Writer(
+                path,
+                self.mode,
+                metadata=self.metadata,
+                durable=self.durable,
+                **self.writer_options,
+            )
+        self._writer.append(record)
+        self._count += 1
+        return self._count - 1
+
+    def extend(self, records: Iterable[Sequence[Any]]) -> None:
+        for record in records:
+            self.append(record)
+
+    def _finish_shard(self) -> None:
+        assert self._writer is not None
+        self._writer.close()
+        self.shards.append(describe_shard(self._writer.path))
+        self._writer = None
+
+    def __len__(self) -> int:
+        return self._count
+
+    def close(self) -> str:
+        """Commit the last shard and write the manifest; returns the manifest's path."""
+        self._finish(manifest=True)
+        return self.manifest_path
+
+    def _finish(self, manifest: bool) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._writer is not None:
+            self._finish_shard()
+        if manifest:
+            write_manifest(self.manifest_path, self.shards, self.durable)
+
+    def __enter__(self) -> ShardWriter:
+        return self
+
+    def __exit__(self, exc_type: Any, *exc: Any) -> None:
+        self._finish(manifest=exc_type is None)
+
+
+# ---------------------------------------------------------------------------- reading
+
+
+def _is_glob(text: str) -> bool:
+    return any(c in text for c in "*?[")
+
+
+def _expand(source: Source) -> list[str]:
+    """Paths named by a path, a glob, or a list of either (globs sorted)."""
+    items = [source] if isinstance(source, (str, os.PathLike)) else list(source)
+    out: list[str] = []
+    for item in items:
+        text = os.fspath(item)
+        if not os.path.exists(text) and _is_glob(text):
+            matches = sorted(glob.glob(text))
+            if not matches:
+                raise FileNotFoundError(f"no files match {text!r}")
+            out.extend(matches)
+        else:
+            out.append(text)
+    return out
+
+
+def _directory_members(directory: str) -> list[str]:
+    """A directory's manifest.json if present, else its *.evs files in name order."""
+    manifest = os.path.join(directory, DIRECTORY_MANIFEST)
+    if os.path.isfile(manifest):
+        return [manifest]
+    files = sorted(glob.glob(os.path.join(glob.escape(directory), "*.evs")))
+    if not files:
+        raise FileNotFoundError(f"{directory}: no {DIRECTORY_MANIFEST} and no *.evs files")
+    return files
+
+
+def resolve_shards(source: Source) -> list[ShardInfo]:
+    """The shards a source names, in order. See ``open_shards`` for the accepted forms."""
+    shards: list[ShardInfo] = []
+    for path in _expand(source):
+        members = _directory_members(path) if os.path.isdir(path) else [path]
+        for member in members:
+            if member.endswith(".json"):
+                shards.extend(read_manifest(member))
+            else:
+                shards.append(describe_shard(member))
+    _check_unique(shards)
+    return shards
+
+
+class ShardedDataset:
+    """Many shard files as one map-style dataset with a global record index.
+
+    Memory is O(shards): per shard a path, a record count and the footer checksum; a lookup
+    is a binary search over cumulative counts. Shards open lazily on first use (at most
+    ``max_open`` stay open, least recently used first out), and each is checked on opening:
+    its record count and footer checksum must match what the index was built from, else
+    FormatError (the shard was replaced or appended to). Pickling sends only this table, so
+    DataLoader workers start cheaply and open their own shards.
+    """
+
+    def __init__(
+        self,
+        shards: Sequence[ShardInfo],
+        *,
+        backend: str = "mmap",
+        verify: bool = True,
+        max_open: int = 256,
+    ):
+        if max_open < 1:
+            raise ValueError("max_open must be at least 1")
+        self.shards = list(shards)
+        self.backend = backend
+        self.verify = verify
+        self.max_open = max_open
+        counts = np.array([s.records for s in self.shards], dtype=np.int64)
+        self.counts = counts
+        self.offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        self.counts.setflags(write=False)
+        self.offsets.setflags(write=False)
+        self._ends = self.offsets[1:].tolist()  # bisect on a list is fastest for one index
+        self._len = int(self.offsets[-1])
+        self._open: OrderedDict[int, Dataset] = OrderedDict()
+
+    # ------------------------------------------------------------------ shards
+
+    @property
+    def paths(self) -> list[str]:
+        return [s.path for s in self.shards]
+
+    def shard(self, k: int) -> Dataset:
+        """The opened, checked Dataset of shard ``k``."""
+        ds = self._open.get(k)
+        if ds is not None:
+            self._open.move_to_end(k)
+            return ds
+        info = self.shards[k]
+        ds = open_dataset(info.path, backend=self.backend, verify=self.verify)
+        try:
+            self._check(ds, info)
+        except BaseException:
+            ds.close()
+            raise
+        self._open[k] = ds
+        if len(self._open) > self.max_open:
+            self._open.popitem(last=False)[1].close()  # views handed out stay valid
+        return ds
+
+    @staticmethod
+    def _check(ds: Dataset, info: ShardInfo) -> None:
+        if len(ds) != info.records:
+            raise FormatError(
+                f"shard has {len(ds)} records, the index says {info.records}", None, ds.path
+            )
+        if footer_checksum(ds) != info.footer_sha256:
+            raise FormatError(
+                "footer checksum differs from the index's (the shard was rewritten or appended to)",
+                ds.commit.footer_offset,
+                ds.path,
+            )
+
+    def validate(self) -> None:
+        """Open and check every shard now (FormatError on the first mismatch)."""
+        for k in range(len(self.shards)):
+            self.shard(k)
+
+    @property
+    def metadata(self) -> dict:
+        """The first shard's metadata (ShardWriter gives every shard the same)."""
+        return self.shard(0).metadata if self.shards else {}
+
+    # ------------------------------------------------------------------ records
+
+    def __len__(self) -> int:
+        return self._len
+
+    def locate(self, i: int) -> tuple[int, int]:
+        """(shard, record within the shard) of global record ``i``."""
+        n = self._len
+        j = i + n if i < 0 else i
+        if not 0 <= j < n:
+            raise IndexError(f"record {i} out of range for {n} records")
+        k = bisect.bisect_right(self._ends, j)
+        return k, j - int(self.offsets[k])
+
+    def __getitem__(self, index: int | slice | Sequence[int] | np.ndarray) -> Any:
+        if isinstance(index, (int, np.integer)):
+            k, j = self.locate(int(index))
+            return self.shard(k)[j]
+        if isinstance(index, slice):
+            return self.get_many(np.arange(*index.indices(self._len)))
+        return self.get_many(index)
+
+    def get_many(self, indices: Sequence[int] | np.ndarray) -> list[list]:
+        """Records for a list of global indices, in the order given; reads grouped by shard."""
+        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+        n = self._len
+        bad = (idx < -n) | (idx >= n)
+        if bad.any():
+            raise IndexError(f"record {int(idx[bad][0])} out of range for {n} records")
+        idx = np.where(idx < 0, idx + n, idx)
+        shard_of = np.searchsorted(self.offsets, idx, side="right") - 1
+        out: list[Any] = [None] * len(idx)
+        order = np.argsort(shard_of, kind="stable")
+        groups = np.flatnonzero(np.diff(shard_of[order])) + 1
+        for positions in np.split(order, groups) if len(order) else []:
+            k = int(shard_of[positions[0]])
+            local = idx[positions] - self.offsets[k]
+            for p, record in zip(positions.tolist(), self.shard(k).get_many(local)):
+                out[p] = record
+        return out
+
+    def __iter__(self) -> Iterator[list]:
+        for k in range(len(self.shards)):
+            yield from self.shard(k)
+
+    # ------------------------------------------------------------------ lifetime
+
+    def close(self) -> None:
+        """Close open shards; tensor views handed out stay valid."""
+        while self._open:
+            self._open.popitem()[1].close()
+
+    def __enter__(self) -> ShardedDataset:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __getstate__(self) -> dict:
+        # Compact, for thousands of shards: names relative to their common directory, raw
+        # digests. No open files: the receiver opens shards itself.
+        paths = self.paths
+        base = os.path.commonpath(paths) if len(paths) > 1 else os.path.dirname("".join(paths))
+        return {
+            "base": base,
+            "shards": [
+                (os.path.relpath(s.path, base), s.records, s.nbytes, bytes.fromhex(s.footer_sha256))
+                for s in self.shards
+            ],
+            "options": (self.backend, self.verify, self.max_open),
+        }
+
+    def __setstate__(self, state: dict) -> None:
+        base = state["base"]
+        backend, verify, max_open = state["options"]
+        shards = [
+            ShardInfo(os.path.join(base, name), records, nbytes, digest.hex())
+            for name, records, nbytes, digest in state["shards"]
+        ]
+        self.__init__(shards, backend=backend, verify=verify, max_open=max_open)
+
+    def __repr__(self) -> str:
+        return f"ShardedDataset({len(self.shards)} shards, {self._len} records)"
+
+
+def open_shards(
+    source: Source,
+    *,
+    backend: str = "mmap",
+    verify: bool = True,
+    validate: bool = False,
+    max_open: int = 256,
+) -> ShardedDataset:
+    """Open shards as one dataset. ``source`` is a container file, a manifest (``*.json``),
+    a glob (sorted), a directory (its manifest.json, else its ``*.evs`` files by name), or a
+    list of any of these, concatenated in order.
+
+    With manifests, opening reads only the manifests: shards open on first use and are
+    checked then. Without, each shard is opened once to count its records. ``validate``
+    checks every shard now instead. ``backend`` and ``verify`` are as for
+    ``evalue_store.open``.
+    """
+    ds = ShardedDataset(resolve_shards(source), backend=backend, verify=verify, max_open=max_open)
+    if validate:
+        ds.validate()
+    return ds

@@ -1,0 +1,403 @@
+"""PyTorch adapter: containers as ``torch.utils.data`` datasets, without copying tensors.
+
+* ``EValueDataset``: map-style, for samplers (``shuffle=True``, ``DistributedSampler``).
+* ``ShardedIterableDataset``: shard-aware shuffling, split over ranks and DataLoader
+  workers, deterministic per (seed, epoch), resumable mid-epoch with ``state_dict``.
+* ``collate``: stacks same-shape tensors and pads variable-length ones (``Padded``).
+
+Tensors are ``torch.from_numpy`` views of the reader's private copy-on-write mapping: no
+copy, no warning, and bfloat16 arrives as ``torch.bfloat16``. Writing into them changes only
+this process's mapping (never the file), but later reads of the same record in this process
+see the change, so transforms should not modify tensors in place.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Collection, Hashable, Iterator, Mapping, Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.utils.data import Dataset, IterableDataset, get_worker_info
+
+from .dtypes import BFLOAT16
+from .shards import ShardedDataset, Source, open_shards
+
+STATE_VERSION = 1
+FETCH = 64  # records read per get_many in the iterable dataset
+
+
+def as_torch(value: Any) -> Any:
+    """A decoded value with numpy arrays turned into tensors sharing their memory.
+
+    Tensor lists (ListTensor, ListOptionalTensor) become lists of tensors (None kept);
+    every other kind is returned as is.
+    """
+    if isinstance(value, np.ndarray):
+        if value.dtype == BFLOAT16:
+            return torch.from_numpy(value.view(np.int16)).view(torch.bfloat16)
+        return torch.from_numpy(value)
+    if isinstance(value, list) and value and (value[0] is None or isinstance(value[0], np.ndarray)):
+        return [None if v is None else as_torch(v) for v in value]
+    return value
+
+
+def _open(source: Source | ShardedDataset, backend: str, verify: bool) -> ShardedDataset:
+    if isinstance(source, ShardedDataset):
+        return source
+    return open_shards(source, backend=backend, verify=verify)
+
+
+class EValueDataset(Dataset):
+    """Map-style dataset over one or many container files (any ``open_shards`` source).
+
+    ``ds[i]`` is the record as a list, tensors as ``torch.Tensor``, then ``transform(record)``
+    if given. ``__getitems__`` lets DataLoader fetch a whole batch with one grouped read.
+    Pickling sends the shard table only; workers open the files themselves.
+    """
+
+    def __init__(
+        self,
+        source: Source | ShardedDataset,
+        transform: Callable[[list], Any] | None = None,
+        *,
+        backend: str = "mmap",
+        verify: bool = True,
+    ):
+        self.data = _open(source, backend, verify)
+        self.transform = transform
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def _sample(self, record: list) -> Any:
+        sample = [as_torch(v) for v in record]
+        return sample if self.transform is None else self.transform(sample)
+
+    def __getitem__(self, index: int) -> Any:
+        return self._sample(self.data[index])
+
+    def __getitems__(self, indices: Sequence[int]) -> list:
+        return [self._sample(r) for r in self.data.get_many(indices)]
+
+
+# ----------------------------------------------------------------------------- collate
+
+
+class Padded(NamedTuple):
+    """A batch of tensors that differ in their first dimension, padded to the longest.
+
+    ``values``: [B, L, *rest], padded with ``pad_value`` after each sample's own length;
+    ``lengths``: int64 [B]; ``mask``: bool [B, L], True where ``values`` holds real data.
+    """
+
+    values: torch.Tensor
+    lengths: torch.Tensor
+    mask: torch.Tensor
+
+
+def _empty(shape: Sequence[int], like: torch.Tensor) -> torch.Tensor:
+    """An uninitialized tensor; in a DataLoader worker, in shared memory (as default_collate
+    does) so that sending the batch to the main process does not copy it again."""
+    if get_worker_info() is None:
+        return torch.empty(tuple(shape), dtype=like.dtype)
+    storage = like._typed_storage()._new_shared(int(np.prod(shape)), device=like.device)
+    return like.new(storage).resize_(tuple(shape))
+
+
+def _pad(tensors: Sequence[torch.Tensor], pad_value: float) -> Padded:
+    first = tensors[0]
+    rest = first.shape[1:]
+    if first.ndim == 0 or any(t.shape[1:] != rest or t.dtype != first.dtype for t in tensors):
+        shapes = sorted({(tuple(t.shape), str(t.dtype)) for t in tensors})
+        raise ValueError(
+            f"cannot stack or pad tensors of shapes/dtypes {shapes[:4]}: only the first "
+            "dimension may differ; pass your own collate_fn"
+        )
+    lengths = torch.tensor([len(t) for t in tensors], dtype=torch.int64)
+    longest = int(lengths.max())
+    values = _empty((len(tensors), longest, *rest), first).fill_(pad_value)
+    for row, t in zip(values, tensors):
+        row[: len(t)] = t
+    mask = torch.arange(longest) < lengths[:, None]
+    return Padded(values, lengths, mask)
+
+
+def _collate_field(items: list, pad: bool | None, pad_value: float) -> Any:
+    kinds = {type(v) for v in items}  # sets, not all(...): collate runs for every batch
+    kind = kinds.pop() if len(kinds) == 1 else None
+    if kind is not None and issubclass(kind, torch.Tensor):
+        same = len({(t.shape, t.dtype) for t in items}) == 1
+        if pad or (pad is None and not same):
+            return _pad(items, pad_value)
+        if not same:
+            raise ValueError("tensors of one field differ in shape or dtype; add it to `pad`")
+        first = items[0]
+        return torch.stack(items, out=_empty((len(items), *first.shape), first))
+    if kind in (bool, int, float):
+        return torch.tensor(
+            items, dtype={bool: torch.bool, int: torch.int64}.get(kind, torch.float64)
+        )
+    return items
+
+
+def collate(
+    batch: Sequence[Any],
+    *,
+    pad: Collection[Hashable] | None = None,
+    pad_value: float = 0,
+) -> Any:
+    """Collate samples field by field; pass it (or a ``functools.partial``) as collate_fn.
+
+    Samples are lists/tuples (fields by position; the result is a list), dicts (fields by
+    key; the result is a dict) or single values (treated as field 0; the result is the
+    collated field). Per field:
+
+    * tensors of one shape and dtype -> stacked, [B, *shape];
+    * tensors whose first dimension differs -> ``Padded(values, lengths, mask)``;
+    * Python bool / int / float -> a bool / int64 / float64 tensor [B];
+    * anything else (str, bytes, None, lists, tensor lists, mixed kinds) -> a list of B items.
+
+    With ``pad=None`` a field is padded only when its shapes differ in this batch, so its
+    type can change from batch to batch; name the variable-length fields in ``pad`` (e.g.
+    ``partial(collate, pad={0})``) to always get ``Padded`` for them and stacking for others.
+    """
+    if not batch:
+        raise ValueError("cannot collate an empty batch")
+
+    def field(key: Hashable, items: list) -> Any:
+        return _collate_field(items, None if pad is None else key in pad, pad_value)
+
+    first = batch[0]
+    if isinstance(first, Mapping):
+        return {key: field(key, [s[key] for s in batch]) for key in first}
+    if isinstance(first, (list, tuple)):
+        if any(len(s) != len(first) for s in batch):
+            raise ValueError("samples in a batch have different numbers of fields")
+        return [field(k, [s[k] for s in batch]) for k in range(len(first))]
+    return field(0, list(batch))
+
+
+# ----------------------------------------------------------------------------- iterable
+
+
+def _rank_and_world(rank: int | None, world_size: int | None) -> tuple[int, int]:
+    if rank is None and world_size is None and dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    rank = 0 if rank is None else rank
+    world_size = 1 if world_size is None else world_size
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} is not in [0, world_size={world_size})")
+    return rank, world_size
+
+
+def _buffer_shuffle(
+    chunks: Iterator[np.ndarray], size: int, rng: np.random.Generator
+) -> Iterator[int]:
+    """Classic shuffle buffer: each new item replaces a random buffered one, which is emitted."""
+    buf: list[int] = []
+    picks: list[int] = []
+    for chunk in chunks:
+        for item in chunk.tolist():
+            if len(buf) < size:
+                buf.append(item)
+                continue
+            if not picks:
+                picks = rng.integers(0, size, 4096).tolist()
+            j = picks.pop()
+            yield buf[j]
+            buf[j] = item
+    rng.shuffle(buf)
+    yield from buf
+
+
+class ShardedIterableDataset(IterableDataset):
+    """Iterable dataset over shards with shuffling, rank/worker splitting and exact resume.
+
+    Order for an epoch (deterministic in ``seed`` and ``epoch``, see ``set_epoch``):
+
+    1. The shard order is permuted, and the records within each shard are permuted (random
+       access is cheap here, so mixing does not rest on the buffer alone); concatenated,
+       this is one global sequence of all N records.
+    2. Rank r of W takes the contiguous slice [r*N//W, (r+1)*N//W): every record goes to
+       exactly one rank and rank sizes differ by at most one. With ``even=True`` every rank
+       takes N//W records instead and the at most W-1 records at the end of the sequence
+       are skipped this epoch (a different few each epoch), for DDP loops that need equal
+       step counts. Each rank reads only about 1/W of the shards.
+    3. The rank's slice goes through a shuffle buffer of ``shuffle_buffer`` records.
+    4. DataLoader workers split the rank's sequence by batches: batch j (of
+       ``batch_size`` records) goes to worker j % num_workers. DataLoader collects batches
+       from workers round-robin, so the loader yields the rank's sequence in order whatever
+       the number of workers; set ``batch_size`` to the DataLoader's.
+
+    ``shuffle=False`` keeps file order and skips steps 1 and 3. ``len()`` is this rank's
+    record count. ``rank``/``world_size`` default to torch.distributed's when it is
+    initialized, else to 0 and 1.
+
+    Epoch and resume position live in a small shared-memory tensor, so ``set_epoch`` and
+    ``load_state_dict`` reach persistent workers too.
+    """
+
+    def __init__(
+        self,
+        source: Source | ShardedDataset,
+        *,
+        shuffle: bool = True,
+        seed: int = 0,
+        shuffle_buffer: int = 1024,
+        rank: int | None = None,
+        world_size: int | None = None,
+        batch_size: int = 1,
+        even: bool = False,
+        transform: Callable[[list], Any] | None = None,
+        backend: str = "mmap",
+        verify: bool = True,
+    ):
+        if batch_size < 1 or shuffle_buffer < 0:
+            raise ValueError("batch_size must be positive and shuffle_buffer non-negative")
+        self.data = _open(source, backend, verify)
+        self.shuffle = shuffle
+        self.seed = seed
+        self.shuffle_buffer = shuffle_buffer
+        self.rank, self.world_size = _rank_and_world(rank, world_size)
+        self.batch_size = batch_size
+        self.even = even
+        self.transform = transform
+        self._shared = torch.zeros(2, dtype=torch.int64).share_memory_()  # epoch, start
+        self._position: int | None = None  # records handed out by iterating in this process
+
+    # ------------------------------------------------------------------ order
+
+    @property
+    def epoch(self) -> int:
+        return int(self._shared[0])
+
+    def set_epoch(self, epoch: int) -> None:
+        """Choose the epoch's order. A position loaded by ``load_state_dict`` for this same
+        epoch is kept (so the usual ``set_epoch(e)`` after resuming does not undo it)."""
+        if epoch != self.epoch:
+            self._shared[1] = 0
+        self._shared[0] = epoch
+        self._position = None
+
+    def _rank_range(self) -> tuple[int, int]:
+        n, w, r = len(self.data), self.world_size, self.rank
+        if self.even:
+            share = n // w
+            return r * share, (r + 1) * share
+        return r * n // w, (r + 1) * n // w
+
+    def __len__(self) -> int:
+        lo, hi = self._rank_range()
+        return hi - lo
+
+    def _rank_chunks(self, epoch: int) -> Iterator[np.ndarray]:
+        """This rank's slice of the global sequence, as arrays of global record indices."""
+        counts, offsets = self.data.counts, self.data.offsets
+        lo, hi = self._rank_range()
+        rng = np.random.default_rng([self.seed, epoch])
+        order = rng.permutation(len(counts)) if self.shuffle else range(len(counts))
+        pos = 0
+        for k in order:
+            n = int(counts[k])
+            a, b = max(lo - pos, 0), min(hi - pos, n)
+            pos += n
+            if a < b:
+                if self.shuffle:  # the same for every rank: it depends on (seed, epoch, k)
+                    local = np.random.default_rng([self.seed, epoch, int(k)]).permutation(n)[a:b]
+                else:
+                    local = np.arange(a, b)
+                yield offsets[k] + local
+            if pos >= hi:
+                return
+
+    def rank_order(self, epoch: int) -> Iterator[int]:
+        """Global record indices in the order this rank reads them in ``epoch``."""
+        chunks = self._rank_chunks(epoch)
+        if not self.shuffle or self.shuffle_buffer < 2:
+            return (i for chunk in chunks for i in chunk.tolist())
+        rng = np.random.default_rng([self.seed, epoch, self.rank, 1])
+        return _buffer_shuffle(chunks, self.shuffle_buffer, rng)
+
+    # ------------------------------------------------------------------ iteration
+
+    def __iter__(self) -> Iterator[Any]:
+        epoch, start = int(self._shared[0]), int(self._shared[1])
+        info = get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        in_process = info is None
+        if in_process:
+            self._position = start
+        stream = itertools.islice(self.rank_order(epoch), start, None)
+        pending: list[int] = []
+        for q, index in enumerate(stream):
+            if (q // self.batch_size) % workers == worker:
+                pending.append(index)
+                if len(pending) == FETCH:
+                    yield from self._fetch(pending, in_process)
+                    pending = []
+        yield from self._fetch(pending, in_process)
+
+    def _fetch(self, indices: list[int], in_process: bool) -> Iterator[Any]:
+        for record in self.data.get_many(indices) if indices else []:
+            sample = [as_torch(v) for v in record]
+            if in_process:
+                self._position += 1  # before the yield: the consumer has it once it resumes us
+            yield sample if self.transform is None else self.transform(sample)
+
+    # ------------------------------------------------------------------ resume
+
+    def _fingerprint(self) -> dict:
+        return {
+            "records": len(self.data),
+            "shards": len(self.data.counts),
+            "seed": self.seed,
+            "shuffle": self.shuffle,
+            "shuffle_buffer": self.shuffle_buffer,
+            "world_size": self.world_size,
+            "even": self.even,
+        }
+
+    def state_dict(self, consumed: int | None = None) -> dict:
+        """Where this rank is in the epoch, to resume exactly there.
+
+        ``consumed``: records this rank has taken from the DataLoader since the current
+        iteration began (e.g. steps * batch_size). Required with DataLoader workers, whose
+        progress this process cannot see; with ``num_workers=0`` (or plain iteration) it
+        defaults to what this object handed out. In DDP lockstep every rank is at the same
+        position, so rank 0's state resumes all ranks.
+        """
+        if consumed is None:
+            if self._position is None:
+                raise ValueError(
+                    "this dataset was not iterated in this process (DataLoader workers?): "
+                    "pass consumed= the number of records taken from the loader"
+                )
+            position = self._position
+        else:
+            position = int(self._shared[1]) + consumed
+        if not 0 <= position <= len(self):
+            raise ValueError(f"position {position} is outside this rank's {len(self)} records")
+        return {
+            "version": STATE_VERSION,
+            "epoch": self.epoch,
+            "position": position,
+            **self._fingerprint(),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        """Resume at a ``state_dict`` position: the next iteration yields exactly the records
+        the interrupted one had not yet handed out, in the same order."""
+        if state.get("version") != STATE_VERSION:
+            raise ValueError(f"unknown state version {state.get('version')!r}")
+        saved = {k: state.get(k) for k in self._fingerprint()}
+        if saved != self._fingerprint():
+            raise ValueError(
+                f"state was saved for {saved}, this dataset is {self._fingerprint()}: "
+                "resuming would not be exact"
+            )
+        self._shared[0] = state["epoch"]
+        self._shared[1] = state["position"]
+        self._position = None

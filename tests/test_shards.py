@@ -1,0 +1,252 @@
+"""ShardWriter rolling and manifests, open_shards sources, global indexing and validation."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import multiprocessing
+import os
+import pickle
+
+import numpy as np
+import pytest
+
+import evalue_store as evs
+from evalue_store.shards import (
+    ShardedDataset,
+    ShardWriter,
+    merge_manifests,
+    open_shards,
+    read_manifest,
+)
+
+
+def record(i: int) -> list:
+    return [np.arange(i % 5, dtype=np.int64), i, f"id-{i}"]
+
+
+def write(pattern, n: int, start: int = 0, **kwargs) -> ShardWriter:
+    with ShardWriter(pattern, durable=False, **kwargs) as w:
+        for i in range(start, start + n):
+            w.append(record(i))
+    return w
+
+
+def ids(ds) -> list[int]:
+    return [r[1] for r in ds]
+
+
+def test_rolls_by_records_and_writes_relative_manifest(tmp_path):
+    w = write(tmp_path / "train-{:05d}.evs", 25, max_records=10, metadata={"split": "train"})
+    assert w.manifest_path == str(tmp_path / "train.manifest.json")
+    doc = json.loads((tmp_path / "train.manifest.json").read_text())
+    assert doc["format"] == "evalue_store.shards" and doc["version"] == 1
+    assert doc["records"] == 25
+    assert [s["path"] for s in doc["shards"]] == [f"train-{k:05d}.evs" for k in range(3)]
+    assert [s["records"] for s in doc["shards"]] == [10, 10, 5]
+    assert len({s["footer_sha256"] for s in doc["shards"]}) == 3
+    for s in doc["shards"]:
+        assert s["bytes"] == os.path.getsize(tmp_path / s["path"])
+    ds = open_shards(tmp_path / "train.manifest.json")
+    assert len(ds) == 25 and ids(ds) == list(range(25))
+    assert ds.metadata == {"split": "train"}
+    assert all(evs.open(p).metadata == {"split": "train"} for p in ds.paths)
+    np.testing.assert_array_equal(ds[13][0], np.arange(3))
+
+
+def test_rolls_by_bytes_softly(tmp_path):
+    payload = np.zeros(1000, np.uint8)  # each record is ~1.1 KB in the file
+    with ShardWriter(tmp_path / "b-{:03d}.evs", max_bytes=5000, durable=False) as w:
+        for i in range(20):
+            w.append([payload, i])
+    sizes = [s.nbytes for s in w.shards]
+    assert len(sizes) > 3 and sum(s.records for s in w.shards) == 20
+    record_bytes = 1100
+    for s in w.shards[:-1]:
+        assert s.nbytes >= 5000 - record_bytes  # full: the next record would reach the limit
+        assert s.nbytes < 5000 + record_bytes + 200  # soft: exceeded by under one record
+    assert ids(open_shards(tmp_path)) == list(range(20))
+
+
+def test_writer_arguments_and_no_silent_overwrite(tmp_path):
+    with pytest.raises(ValueError, match="placeholder"):
+        ShardWriter(tmp_path / "fixed.evs")
+    with pytest.raises(ValueError, match="max_records"):
+        ShardWriter(tmp_path / "a-{}.evs", max_records=0)
+    write(tmp_path / "a-{}.evs", 3)
+    with pytest.raises(FileExistsError):
+        write(tmp_path / "a-{}.evs", 3)
+    write(tmp_path / "a-{}.evs", 4, start=100, overwrite=True)
+    assert ids(open_shards(tmp_path / "a.manifest.json")) == [100, 101, 102, 103]
+    write(tmp_path / "{:03d}.evs", 2)  # no prefix: the directory's manifest.json
+    assert os.path.exists(tmp_path / "manifest.json")
+
+
+def test_manifest_replacement_is_atomic(tmp_path, monkeypatch):
+    write(tmp_path / "m-{}.evs", 5, max_records=2)
+    manifest = tmp_path / "m.manifest.json"
+    before = manifest.read_bytes()
+
+    def broken_dump(value, f, **kwargs):
+        f.write('{"format": "evalue_store.shards", "shar')  # a torn write, then a crash
+        raise OSError("disk full")
+
+    monkeypatch.setattr(json, "dump", broken_dump)
+    with pytest.raises(OSError, match="disk full"):
+        write(tmp_path / "m-{}.evs", 7, overwrite=True)
+    monkeypatch.undo()
+    assert manifest.read_bytes() == before  # readers still see the complete old manifest
+    assert sorted(os.listdir(tmp_path)) == ["m-0.evs", "m-1.evs", "m-2.evs", "m.manifest.json"]
+    # the old manifest now disagrees with the rewritten m-0.evs, and says so
+    with pytest.raises(evs.FormatError, match="m-0.evs"):
+        open_shards(manifest, validate=True)
+
+
+def test_exception_in_block_commits_shards_but_writes_no_manifest(tmp_path):
+    with pytest.raises(RuntimeError):
+        with ShardWriter(tmp_path / "x-{}.evs", max_records=3, durable=False) as w:
+            for i in range(7):
+                w.append(record(i))
+            raise RuntimeError("generator failed")
+    assert not os.path.exists(tmp_path / "x.manifest.json")
+    assert ids(open_shards(tmp_path / "x-*.evs")) == list(range(7))
+
+
+def test_empty_writer_writes_empty_manifest(tmp_path):
+    ShardWriter(tmp_path / "e-{}.evs").close()
+    ds = open_shards(tmp_path / "e.manifest.json")
+    assert len(ds) == 0 and list(ds) == [] and ds.metadata == {}
+
+
+def test_every_source_form_gives_the_same_records(tmp_path):
+    w = write(tmp_path / "d" / "s-{:02d}.evs", 12, max_records=5)
+    files = [s.path for s in w.shards]
+    forms = [
+        tmp_path / "d",  # directory: no manifest.json, so its *.evs files by name
+        str(tmp_path / "d" / "s-*.evs"),
+        files,
+        [files[0], str(tmp_path / "d" / "s-0[12].evs")],
+        w.manifest_path,
+        [w.manifest_path],
+    ]
+    for form in forms:
+        ds = open_shards(form)
+        assert ds.paths == files and ids(ds) == list(range(12)), form
+    single = open_shards(files[1])
+    assert ids(single) == [5, 6, 7, 8, 9]
+    merge_manifests(w.manifest_path, tmp_path / "d" / "manifest.json")
+    os.rename(files[2], tmp_path / "d" / "s-02.moved")
+    ds = open_shards(tmp_path / "d")  # now the directory's manifest.json, read lazily
+    assert len(ds) == 12 and ds[9][1] == 9
+    with pytest.raises(FileNotFoundError):
+        ds[10]
+    with pytest.raises(FileNotFoundError, match="no files match"):
+        open_shards(str(tmp_path / "nothing-*.evs"))
+    with pytest.raises(ValueError, match="more than once"):
+        open_shards([files[0], files[0]])
+
+
+def test_global_index_get_many_and_slices(tmp_path):
+    write(tmp_path / "g-{:02d}.evs", 37, max_records=6)
+    ds = open_shards(tmp_path / "g.manifest.json")
+    rng = np.random.default_rng(0)
+    want = rng.integers(-37, 37, 100)
+    assert [r[1] for r in ds.get_many(want)] == [int(i) % 37 for i in want]
+    assert [r[1] for r in ds[want.tolist()]] == [int(i) % 37 for i in want]
+    assert [r[1] for r in ds[5:30:4]] == list(range(5, 30, 4))
+    assert ds[-1][1] == 36 and ds[np.int64(6)][1] == 6
+    assert ds.locate(13) == (2, 1)
+    assert ds.get_many([]) == []
+    for bad in (37, -38):
+        with pytest.raises(IndexError):
+            ds[bad]
+        with pytest.raises(IndexError):
+            ds.get_many([0, bad])
+
+
+def test_open_is_lazy_bounded_and_pickles_small(tmp_path):
+    write(tmp_path / "l-{:04d}.evs", 300, max_records=1)
+    ds = open_shards(tmp_path / "l.manifest.json", max_open=4)
+    os.remove(tmp_path / "l-0299.evs")  # never touched until someone asks for it
+    views = [ds[i][0] for i in range(0, 20)]
+    assert len(ds._open) == 4  # least recently used shards were closed ...
+    assert [int(v.sum()) for v in views] == [sum(range(i % 5)) for i in range(20)]  # ... views live
+    with pytest.raises(FileNotFoundError):
+        ds[299]
+    blob = pickle.dumps(ds)
+    assert len(blob) < 100 * 300  # the shard table, not the data
+    copy = pickle.loads(blob)
+    assert isinstance(copy, ShardedDataset) and copy._open == {} and copy[150][1] == 150
+
+
+def test_manifest_mismatches_raise_format_error(tmp_path):
+    w = write(tmp_path / "v-{}.evs", 9, max_records=3)
+    manifest = tmp_path / "v.manifest.json"
+    good = manifest.read_text()
+
+    doc = json.loads(good)
+    doc["shards"][1]["records"] = 4
+    doc["records"] = 10
+    manifest.write_text(json.dumps(doc))
+    ds = open_shards(manifest)
+    assert ds[0][1] == 0  # shard 0 is fine
+    with pytest.raises(evs.FormatError, match="3 records, the index says 4"):
+        ds[4]
+
+    newer = good.replace('"version": 1', '"version": 9')
+    for broken in ("{not json", '{"format": "other"}', newer):
+        manifest.write_text(broken)
+        with pytest.raises(evs.FormatError):
+            open_shards(manifest)
+    manifest.write_text(good.replace('"records": 9', '"records": 8'))
+    with pytest.raises(evs.FormatError, match="record total"):
+        open_shards(manifest)
+
+    manifest.write_text(good)
+    with evs.Writer(w.shards[2].path, mode="a") as writer:  # appended after the manifest
+        writer.append(record(99))
+    with pytest.raises(evs.FormatError, match="4 records, the index says 3"):
+        open_shards(manifest, validate=True)
+
+    with evs.Writer(w.shards[1].path, mode="w", durable=False) as writer:  # same count, new file
+        writer.extend(record(i) for i in range(3))
+    ds = open_shards(manifest)
+    with pytest.raises(evs.FormatError, match="footer checksum"):
+        ds[3]
+
+
+def _write_part(args: tuple[str, int]) -> str:
+    """One of several processes writing disjoint shards: its own pattern, its own manifest."""
+    directory, part = args
+    w = write(f"{directory}/part-{part}-{{:03d}}.evs", 10 + part, start=1000 * part, max_records=4)
+    return w.manifest_path
+
+
+def test_parallel_writers_merge(tmp_path):
+    with multiprocessing.get_context("spawn").Pool(3) as pool:
+        manifests = pool.map(_write_part, [(str(tmp_path), p) for p in range(3)])
+    want = [1000 * p + i for p in range(3) for i in range(10 + p)]
+    assert ids(open_shards(manifests)) == want
+    assert ids(open_shards(str(tmp_path / "part-*.manifest.json"))) == want
+    out = merge_manifests(str(tmp_path / "part-*.manifest.json"), tmp_path / "manifest.json")
+    assert len(read_manifest(out)) == 3 + 3 + 3
+    ds = open_shards(tmp_path, validate=True)  # the directory's manifest.json wins
+    assert ids(ds) == want
+    with pytest.raises(ValueError, match="more than once"):
+        merge_manifests([manifests[0], manifests[0]], tmp_path / "dup.json")
+
+
+def test_footer_checksum_is_of_the_footer_bytes_and_covers_compressed_shards(tmp_path):
+    w = write(tmp_path / "c-{}.evs", 10, max_records=4, compression="zstd", alignment=16)
+    for info in w.shards:
+        with evs.open(info.path) as ds:
+            assert ds.compressed and ds.alignment == 16
+    plain = write(tmp_path / "p-{}.evs", 3)
+    with evs.open(plain.shards[0].path) as ds:
+        c = ds.commit
+        raw = (tmp_path / "p-0.evs").read_bytes()[c.footer_offset : c.end]
+    assert hashlib.sha256(raw).hexdigest() == plain.shards[0].footer_sha256
+    assert ids(open_shards([w.manifest_path, plain.manifest_path], validate=True)) == [
+        *range(10),
+        *range(3),
+    ]
