@@ -175,6 +175,9 @@ def test_info_head_show(packed):
         "file",
         "records",
         "file_bytes",
+        "compressed",
+        "logical_bytes",
+        "compression_ratio",
         "data_bytes",
         "index_bytes",
         "metadata_bytes",
@@ -192,6 +195,7 @@ def test_info_head_show(packed):
         "problems",
     } == set(info)
     assert info["records"] == 12 and info["file_bytes"] == os.path.getsize(out)
+    assert not info["compressed"] and info["logical_bytes"] == info["file_bytes"]
     parts = ("data_bytes", "index_bytes", "metadata_bytes", "overhead_bytes")
     assert sum(info[k] for k in parts) == info["file_bytes"]
     assert info["metadata"] == {"split": "train", "fields": ["tokens", "features", "label", "id"]}
@@ -692,3 +696,32 @@ def test_progress_bars_only_on_a_terminal_and_not_quiet(packed):
     assert "stats" in stderr_on_a_terminal("stats", out)  # tqdm's bar, labelled "stats"
     assert stderr_on_a_terminal("stats", out, "--quiet") == ""
     assert run("stats", out).stderr == ""  # stderr is a pipe here: no bar
+
+
+def test_compress_decompress_and_dictionary(tmp_path):
+    zstd = shutil.which("zstd")
+    if zstd is None:
+        pytest.fail("the zstd CLI is missing: CI must install Debian's zstd package")
+    src = tmp_path / "plain.evs"
+    with evs.Writer(src, metadata={"m": 1}) as w:
+        w.extend(w1_record(i) for i in range(400))
+    packed = tmp_path / "packed.evs.zst"
+    out = run("compress", src, "-o", packed, "--dictionary", "--dict-samples", "200").stdout
+    assert "compressed" in out and packed.exists()
+    with evs.open(packed) as ds, evs.open(src) as plain:
+        assert ds.compressed and len(ds) == 400 and ds.metadata == {"m": 1}
+        assert all(np.array_equal(ds[i][0], plain[i][0]) for i in range(0, 400, 37))
+    info = json.loads(run("info", packed, "--json").stdout)
+    assert info["compressed"] and 0 < info["compression_ratio"] < 1
+    run("compress", src, "-o", packed, code=2)  # never overwrites without --force
+    dictionary = tmp_path / "d.zdict"
+    run("dictionary", packed, "-o", dictionary)
+    by_zstd, by_cli = tmp_path / "zstd.evs", tmp_path / "cli.evs"
+    subprocess.run(
+        [zstd, "-q", "-d", "-D", str(dictionary), str(packed), "-o", str(by_zstd)], check=True
+    )
+    run("decompress", packed, "-o", by_cli)
+    assert by_zstd.read_bytes() == by_cli.read_bytes()  # the same logical stream
+    run("verify", by_cli)
+    run("decompress", src, "-o", tmp_path / "x.evs", code=2)  # not compressed
+    run("dictionary", src, "-o", tmp_path / "y", code=1)  # holds no dictionary

@@ -882,7 +882,7 @@ def info_report(ds: evs.Dataset) -> tuple[dict, list[str]]:
     file_bytes = os.path.getsize(ds.path)
     data = int(entries["length"].sum(dtype=np.uint64)) + FRAME_SIZE * len(entries)
     index = sum(seg.count for seg in commit.segments) * ENTRY_SIZE
-    committed = file_bytes - ds.uncommitted_bytes
+    committed = ds.logical_size  # of the decompressed stream, for a compressed file
     problems = []
     try:
         metadata: Any = ds.metadata
@@ -895,6 +895,9 @@ def info_report(ds: evs.Dataset) -> tuple[dict, list[str]]:
         "file": ds.path,
         "records": len(ds),
         "file_bytes": file_bytes,
+        "compressed": ds.compressed,
+        "logical_bytes": committed,
+        "compression_ratio": (file_bytes - ds.uncommitted_bytes) / max(committed, 1),
         "data_bytes": data,
         "index_bytes": index,
         "metadata_bytes": commit.metadata_length,
@@ -918,6 +921,12 @@ def print_info(report: dict, problems: list[str]) -> None:
         ("file", report["file"]),
         ("records", f"{report['records']:,}"),
         ("file bytes", human_bytes(report["file_bytes"])),
+    ]
+    if report["compressed"]:
+        ratio = report["compression_ratio"]
+        rows.append(("compressed", f"zstd frames, {ratio:.2f}x of the plain container"))
+        rows.append(("plain bytes", human_bytes(report["logical_bytes"])))
+    rows += [
         ("  data", human_bytes(report["data_bytes"]) + "  record frames"),
         ("  index", human_bytes(report["index_bytes"])),
         ("  metadata", human_bytes(report["metadata_bytes"])),
@@ -1085,10 +1094,17 @@ def refuse_overwrite(path: str, force: bool) -> None:
 
 @contextmanager
 def output_writer(
-    path: str, *, append: bool, force: bool, metadata: dict | None, alignment: int = 64
+    path: str,
+    *,
+    append: bool,
+    force: bool,
+    metadata: dict | None,
+    alignment: int = 64,
+    **options: Any,
 ) -> Iterator[evs.Writer]:
     """A Writer for OUT. A new file is built under a temporary name and renamed when complete,
-    so a failed run never leaves a half-written OUT behind (nor replaces an old one)."""
+    so a failed run never leaves a half-written OUT behind (nor replaces an old one).
+    ``options`` go to evs.Writer for a new file (compression settings)."""
     if append:
         with evs.Writer(path, "a", metadata=metadata) as writer:
             if writer.salvage:
@@ -1103,7 +1119,7 @@ def output_writer(
         return
     refuse_overwrite(path, force)
     temp = f"{path}.{os.getpid()}.partial"
-    writer = evs.Writer(temp, "x", metadata=metadata, alignment=alignment)  # ours from here on
+    writer = evs.Writer(temp, "x", metadata=metadata, alignment=alignment, **options)
     try:
         with writer:
             yield writer
@@ -1544,4 +1560,123 @@ def cmd_merge(args: argparse.Namespace) -> int:
     print(
         f"merged {plural(total, 'record')} from {plural(len(datasets), 'file')} into {args.output}"
     )
+    return EXIT_OK
+
+
+def _compress_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", metavar="FILE", help="container to compress")
+    p.add_argument("-o", "--output", required=True, metavar="OUT", help="compressed container")
+    p.add_argument("--level", type=int, default=3, help="zstd level (default 3)")
+    p.add_argument(
+        "--frame-size", type=int, default=16 << 10, metavar="BYTES", help="target frame size"
+    )
+    p.add_argument(
+        "--dictionary", action="store_true", help="train a zstd dictionary and store it in OUT"
+    )
+    p.add_argument(
+        "--dict-samples", type=int, default=1000, metavar="N", help="records to train it on"
+    )
+    p.add_argument("--force", action="store_true", help="replace OUT if it exists")
+
+
+@command(
+    "compress",
+    "rewrite a container as seekable zstd frames; random access and appends still work",
+    "evalue-store compress train.evs -o train.evs.zst --dictionary",
+    _compress_args,
+    notes="""OUT holds the same records and metadata as one new commit. Stock zstd decompresses
+it ("zstd -d OUT"); with --dictionary it needs the dictionary: evalue-store dictionary OUT.""",
+)
+def cmd_compress(args: argparse.Namespace) -> int:
+    refuse_overwrite(args.output, args.force)
+    with open_dataset(args.file) as ds:
+        options: dict[str, Any] = {
+            "compression": "zstd",
+            "level": args.level,
+            "frame_size": args.frame_size,
+        }
+        if args.dictionary:
+            samples = ds[: max(8, min(len(ds), args.dict_samples))]
+            options["dictionary"] = evs.train_dictionary(samples)
+        copy_records(ds, args, "compress", **options)
+    before, after = os.path.getsize(args.file), os.path.getsize(args.output)
+    print(
+        f"compressed {args.file} ({before:,} bytes) into {args.output} ({after:,} bytes, "
+        f"{after / max(before, 1):.2f}x)"
+    )
+    return EXIT_OK
+
+
+def copy_records(ds: evs.Dataset, args: argparse.Namespace, what: str, **options: Any) -> None:
+    """Write every record of ``ds`` to args.output (a new file) with Writer ``options``."""
+    with (
+        output_writer(
+            args.output,
+            append=False,
+            force=args.force,
+            metadata=ds.metadata,
+            alignment=ds.alignment,
+            **options,
+        ) as writer,
+        progress(args, len(ds), what, "rec") as bar,
+    ):
+        for record in ds:
+            writer.append(record)
+            bar.update()
+
+
+def _decompress_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", metavar="FILE", help="compressed container")
+    p.add_argument("-o", "--output", required=True, metavar="OUT", help="plain container")
+    p.add_argument("--force", action="store_true", help="replace OUT if it exists")
+
+
+@command(
+    "decompress",
+    "turn a compressed container back into the plain one (what zstd -d gives)",
+    "evalue-store decompress train.evs.zst -o train.evs",
+    _decompress_args,
+    notes="""OUT is byte for byte the logical stream, commit history included, exactly what the
+stock "zstd -d" writes (no dictionary flag needed here).""",
+)
+def cmd_decompress(args: argparse.Namespace) -> int:
+    refuse_overwrite(args.output, args.force)
+    with open_dataset(args.file) as ds:
+        if not ds.compressed:
+            raise CliError(args.file, "is not compressed")
+        temp = f"{args.output}.{os.getpid()}.partial"
+        try:
+            with open(temp, "xb") as out, progress(args, ds.logical_size, "decompress", "B") as bar:
+                for chunk in ds.logical_chunks():
+                    out.write(chunk)
+                    bar.update(len(chunk))
+            with evs.open(temp) as check:  # what we wrote must be a valid container
+                if len(check) != len(ds):
+                    raise CliError(args.output, "decompressed output lost records")
+            os.replace(temp, args.output)
+        finally:
+            if os.path.exists(temp):
+                os.remove(temp)
+    print(f"decompressed {args.file} into {args.output} ({os.path.getsize(args.output):,} bytes)")
+    return EXIT_OK
+
+
+def _dictionary_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", metavar="FILE", help="compressed container")
+    p.add_argument("-o", "--output", required=True, metavar="OUT", help="dictionary file")
+
+
+@command(
+    "dictionary",
+    "write out the zstd dictionary a compressed container was made with",
+    "evalue-store dictionary train.evs.zst -o train.dict && zstd -d -D train.dict train.evs.zst",
+    _dictionary_args,
+)
+def cmd_dictionary(args: argparse.Namespace) -> int:
+    data = evs.read_dictionary(args.file)
+    if data is None:
+        raise CliError(args.file, "holds no dictionary (zstd -d needs none)", EXIT_PROBLEMS)
+    with open(args.output, "wb") as out:
+        out.write(data)
+    print(f"wrote the {len(data):,}-byte dictionary of {args.file} to {args.output}")
     return EXIT_OK

@@ -173,6 +173,12 @@ class ZstdSource:
         buf, pos = self.frame(offset, n)
         return buf[pos : pos + n]
 
+    def chunks(self) -> Any:
+        """Every frame's logical bytes in order (decompressing each once, uncached)."""
+        for k in range(self.table.num_frames):
+            if self.table.decompressed_sizes[k]:
+                yield memoryview(decompress_frame(self.map, self.table, k, dctx=self.dctx))
+
     def verify_frames(self) -> list[str]:
         """Decompress every frame (zstd checks each content checksum) and check that each
         earlier seek table agrees with the final one; returns the problems found."""

@@ -285,6 +285,23 @@ class Dataset:
         return self._metadata
 
     @property
+    def logical_size(self) -> int:
+        """Bytes of the container up to its last commit (of the decompressed stream, if
+        the file is compressed)."""
+        self._ensure_open()
+        return self.commit.end
+
+    def logical_chunks(self, size: int = 1 << 20) -> Iterator[memoryview]:
+        """The container's bytes up to its last commit, in order: for a compressed file,
+        exactly what ``zstd -d`` writes."""
+        self._ensure_open()
+        if isinstance(self._source, ZstdSource):
+            yield from self._source.chunks()
+            return
+        for start in range(0, self.commit.end, size):
+            yield self._source.read(start, min(size, self.commit.end - start))
+
+    @property
     def alignment(self) -> int:
         self._ensure_open()
         return self.header.alignment
