@@ -553,8 +553,8 @@ def test_pack_jsonl_rule(tmp_path):
         "pack", tmp_path / "j.evs", "-o", out, code=2, inprocess=True
     )  # a container is not an input
     error = run("pack", src, "-o", out, "--append", code=2, inprocess=True).stderr
-    assert "the 1 records before it were appended" in error
-    assert len(evs.open(out)) == 3
+    assert "nothing was appended" in error
+    assert len(evs.open(out)) == 2  # a failed --append leaves the file as it was
 
 
 def test_java_bin_pack_and_export_are_byte_exact(tmp_path):

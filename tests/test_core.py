@@ -375,3 +375,25 @@ def test_repeated_structures_decode_through_layouts_and_mismatches_fall_back(tmp
         for i, want in enumerate(recs):
             assert_same(ds[i], want)
     assert any(layout is not None for layout in ds._layouts.values())
+
+
+@pytest.mark.parametrize("options", [{}, {"compression": "zstd"}])
+def test_exception_in_with_block_discards_uncommitted_records(tmp_path, options):
+    path = tmp_path / "abort.evs"
+    with evs.Writer(path, **options) as w:
+        w.append([1])
+    size = os.path.getsize(path)
+    with pytest.raises(RuntimeError):
+        with evs.Writer(path, mode="a") as w:
+            w.append([2])
+            w.commit()
+            size = os.path.getsize(path)
+            w.extend([[3], [4]])
+            raise RuntimeError("the producer failed")
+    assert os.path.getsize(path) == size  # cut back to the last commit: no tail to salvage
+    ds = evs.open(path)
+    assert [r[0] for r in ds] == [1, 2] and ds.uncommitted_bytes == 0
+    with evs.Writer(path, mode="a") as w:
+        assert w.salvage is None
+        w.append([5])
+    assert [r[0] for r in evs.open(path)] == [1, 2, 5]

@@ -1151,10 +1151,10 @@ def pack_files(files: list[str], args: argparse.Namespace) -> tuple[int, int]:
                         raise CliError(path, f"cannot read: {exc}") from None
                     bar.update()
         except Exception as exc:
-            if args.append and written:
+            if args.append and written:  # the writer aborts: its file stays at its last commit
                 code, line = _error_line(exc, None)
                 raise CliError(
-                    None, f"{line}; the {written} records before it were appended", code
+                    None, f"{line}; nothing was appended, {args.output} is as it was", code
                 ) from exc
             raise
         if not args.append and len(fields) == 1 and sum(fields.values()) == len(files):

@@ -251,6 +251,11 @@ class PlainSink:
     def end_commit(self) -> None:
         self.flush()
 
+    @property
+    def physical_end(self) -> int:
+        """Bytes in the file once buffered writes are out."""
+        return self.pos
+
     def read(self, offset: int, n: int) -> bytes:
         self.flush()
         data = os.pread(self.fd, n, offset)
@@ -339,6 +344,11 @@ class ZstdSink:
         self.csizes.append(len(table))
         self.dsizes.append(0)
         self.checksums.append(EMPTY_CHECKSUM)
+
+    @property
+    def physical_end(self) -> int:
+        """Bytes in the file (frames already emitted; the open frame is still in memory)."""
+        return self.physical
 
     def read(self, offset: int, n: int) -> bytes:
         """Logical bytes already in frames (the writer reads old index segments to merge)."""

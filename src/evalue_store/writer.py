@@ -245,6 +245,8 @@ class _ZstdFile:
             logical,
             base,
         )
+        if not found:  # frames of alignment padding alone are no records: nothing to keep
+            return [], start, []
         kept, logical_end, keep = [], base, start
         for csize, dsize, checksum, physical_end in frames:
             if logical_end + dsize > good_end:
@@ -261,7 +263,8 @@ class Writer:
 
     ``mode``: "w" creates or truncates, "x" creates and fails if the file exists, "a" appends
     (creating the file if needed; a tail left by a crashed writer is salvaged first, see
-    ``salvage``). Leaving the ``with`` block, or ``close()``, commits. One writer per file:
+    ``salvage``). ``close()``, or leaving the ``with`` block normally, commits; leaving it by an
+    exception discards what was appended since the last commit (``abort()``). One writer per file:
     a second one raises WriterLockedError. Not thread-safe.
 
     ``compression="zstd"`` stores the same container as seekable zstd frames of about
@@ -355,6 +358,7 @@ class Writer:
         self._commit = state.commit
         self._metadata_dirty = new_metadata
         self.salvage = state.salvage
+        self._committed_size = state.keep
         if state.keep < size:
             os.ftruncate(self._fd, state.keep)
         if compressed:
@@ -489,8 +493,23 @@ class Writer:
         if self.durable:
             os.fsync(self._fd)
         self._commit = replace(commit, end=footer_offset + len(footer))
+        self._committed_size = self._sink.physical_end
         self._pending.clear()
         self._metadata_dirty = False
+
+    def abort(self) -> None:
+        """Discard the records appended since the last commit and release the file.
+
+        The file is cut back to its last commit, so they do not come back as a salvageable
+        tail. Leaving a ``with`` block by an exception aborts; leaving it normally commits.
+        """
+        if self._fd < 0:
+            return
+        try:
+            os.ftruncate(self._fd, self._committed_size)
+        finally:
+            os.close(self._fd)
+            self._fd = -1
 
     def close(self) -> None:
         """Commit and release the file (and its lock)."""
@@ -505,8 +524,11 @@ class Writer:
     def __enter__(self) -> Writer:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
+    def __exit__(self, exc_type: Any, *exc: Any) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
 
     def __del__(self) -> None:
         # A forgotten writer still releases its descriptor; it does not commit from a finalizer.
