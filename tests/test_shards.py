@@ -102,14 +102,16 @@ def test_manifest_replacement_is_atomic(tmp_path, monkeypatch):
         open_shards(manifest, validate=True)
 
 
-def test_exception_in_block_commits_shards_but_writes_no_manifest(tmp_path):
+def test_exception_in_block_keeps_finished_shards_but_writes_no_manifest(tmp_path):
     with pytest.raises(RuntimeError):
         with ShardWriter(tmp_path / "x-{}.evs", max_records=3, durable=False) as w:
             for i in range(7):
                 w.append(record(i))
             raise RuntimeError("generator failed")
     assert not os.path.exists(tmp_path / "x.manifest.json")
-    assert ids(open_shards(tmp_path / "x-*.evs")) == list(range(7))
+    assert [s.records for s in w.shards] == [3, 3]
+    # the shard in progress lost its uncommitted record, as with Writer
+    assert ids(open_shards(tmp_path / "x-*.evs")) == list(range(6))
 
 
 def test_empty_writer_writes_empty_manifest(tmp_path):

@@ -217,9 +217,11 @@ class ShardWriter:
 
     ``close()`` (or leaving the ``with`` block normally) commits the last shard and writes the
     manifest atomically (default: the pattern's prefix + ".manifest.json"). Leaving the block
-    by an exception commits the shards but writes no manifest, so a half-done job does not
-    look finished. Shards are created with mode "x" unless ``overwrite``: rerunning a job into
-    the same place must not mix old and new shards silently. Other keywords (``alignment``,
+    by an exception keeps the finished shards, discards the records of the shard in progress
+    (as ``with Writer`` does) and writes no manifest, so a half-done job does not look done.
+
+    Shards are created with mode "x" unless ``overwrite``: rerunning a job into the same
+    place must not mix old and new shards silently. Other keywords (``alignment``,
     ``compression``...) go to each ``Writer``; ``max_bytes`` counts uncompressed bytes.
 
     For parallel writers give each process its own pattern, e.g.
@@ -308,7 +310,9 @@ class ShardWriter:
         if self._closed:
             return
         self._closed = True
-        if self._writer is not None:
+        if self._writer is not None and not manifest:
+            self._writer.abort()  # as ``with Writer`` does when an exception leaves it
+        elif self._writer is not None:
             self._finish_shard()
         if manifest:
             write_manifest(self.manifest_path, self.shards, self.durable)
