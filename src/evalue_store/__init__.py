@@ -24,12 +24,15 @@ from .values import (
 __version__ = "0.1.0"
 
 from . import java  # noqa: E402
+from .shards import ShardedDataset, ShardWriter, merge_manifests, open_shards  # noqa: E402
 from .writer import Salvage, Writer, recover  # noqa: E402  (writer records __version__)
 
 __all__ = [
     "BFLOAT16",
     "Dataset",
     "Salvage",
+    "ShardWriter",
+    "ShardedDataset",
     "VerifyReport",
     "Writer",
     "open",
@@ -54,4 +57,6 @@ __all__ = [
     "bfloat16_to_float32",
     "float32_to_bfloat16",
     "java",
+    "merge_manifests",
+    "open_shards",
 ]

@@ -265,7 +265,7 @@ class ShardWriter:
         if self.max_records is not None and n >= self.max_records:
             return True
         # Writer has no public position yet: its sink's is the logical end, buffer included.
-        size = writer._sink.pos + ENTRY_BYTES * n
+        size = writer.tell() + ENTRY_BYTES * n
         return self.max_bytes is not None and size >= self.max_bytes
 
     def append(self, record: Sequence[Any]) -> int:

@@ -422,6 +422,11 @@ class Writer:
     def __len__(self) -> int:
         return self._commit.record_count + len(self._pending) // ENTRY_SIZE
 
+    def tell(self) -> int:
+        """Bytes of the container written so far, buffered ones included (for a compressed
+        file, of the uncompressed stream): what a size limit on the file should count."""
+        return self._sink.pos
+
     # ------------------------------------------------------------------ commit
 
     def _segment_bytes(self, segment: Segment) -> bytes:
