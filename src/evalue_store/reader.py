@@ -447,7 +447,7 @@ class Dataset:
         if self.uncommitted_bytes:
             report.problems.append(
                 f"{self.uncommitted_bytes} bytes after the last commit (a writer crashed or is "
-                "still writing); `evs.recover` salvages complete records from them"
+                "still writing); recovery salvages complete records from them"
             )
         return report
 
