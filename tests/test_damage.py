@@ -326,7 +326,7 @@ def test_killed_writers_lose_no_committed_record(tmp_path, trials):
     path = str(tmp_path / "k.evs")
     evs.Writer(path).close()
     rng = random.Random(7)
-    salvaged = 0
+    salvaged = ever_committed = 0
     for trial in range(trials):
         read_end, write_end = os.pipe()
         pid = os.fork()
@@ -343,6 +343,7 @@ def test_killed_writers_lose_no_committed_record(tmp_path, trials):
         reported = os.read(read_end, 1 << 20)
         os.close(read_end)
         committed = struct.unpack_from("<Q", reported, len(reported) - 8)[0] if reported else 0
+        ever_committed = max(ever_committed, committed)
         ds = evs.open(path)
         assert len(ds) >= committed
         assert all(same(ds[i], i) for i in range(len(ds)))
@@ -355,4 +356,4 @@ def test_killed_writers_lose_no_committed_record(tmp_path, trials):
         ds.close()
         if report.side_file:
             os.remove(report.side_file)
-    assert committed > 0 and salvaged > 0  # the kills landed both after commits and between them
+    assert ever_committed > 0 and salvaged > 0  # kills landed after commits and between them

@@ -234,7 +234,7 @@ def test_killed_compressed_writers_lose_no_committed_record(tmp_path):
     path = str(tmp_path / "k.evs.zst")
     evs.Writer(path, compression="zstd", frame_size=4096).close()
     rng = random.Random(11)
-    salvaged = committed = 0
+    salvaged = ever_committed = 0
     for trial in range(30):
         read_end, write_end = os.pipe()
         pid = os.fork()
@@ -251,6 +251,7 @@ def test_killed_compressed_writers_lose_no_committed_record(tmp_path):
         reported = os.read(read_end, 1 << 20)
         os.close(read_end)
         committed = struct.unpack_from("<Q", reported, len(reported) - 8)[0] if reported else 0
+        ever_committed = max(ever_committed, committed)
         ds = evs.open(path)
         assert len(ds) >= committed and all(same(ds[i], i) for i in range(len(ds)))
         ds.close()
@@ -262,4 +263,4 @@ def test_killed_compressed_writers_lose_no_committed_record(tmp_path):
         ds.close()
         if report.side_file:
             os.remove(report.side_file)
-    assert committed > 0 and salvaged > 0
+    assert ever_committed > 0 and salvaged > 0  # kills landed after commits and between them
