@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -42,7 +43,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=Path,
         help="default: benchmarks/results, or benchmarks/work/results with --quick",
     )
-    p.add_argument("--repeats", type=int, help="timed repetitions per phase")
+    p.add_argument(
+        "--rounds",
+        type=int,
+        help="runs of every adapter, interleaved; figures are medians over rounds "
+        "(default: 3, quick: 1)",
+    )
+    p.add_argument("--repeats", type=int, help="timed repetitions per phase within a run")
     p.add_argument("--budget", type=float, help="seconds after which a phase stops repeating")
     p.add_argument("--timeout", type=float, help="seconds allowed per subprocess")
     p.add_argument(
@@ -77,7 +84,7 @@ def worker_main(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_one(args: argparse.Namespace, adapter: str, workload: str) -> dict[str, Any]:
+def run_one(args: argparse.Namespace, adapter: str, workload: str, check: bool) -> dict[str, Any]:
     out = WORK / f"result-{os.getpid()}-{adapter}-{workload}.json"
     cmd = [
         sys.executable,
@@ -89,9 +96,8 @@ def run_one(args: argparse.Namespace, adapter: str, workload: str) -> dict[str, 
         "--out",
         str(out),
     ]
-    for flag in ("quick", "check"):
-        if getattr(args, flag):
-            cmd.append(f"--{flag}")
+    cmd += ["--quick"] if args.quick else []
+    cmd += ["--check"] if check else []
     for option in ("repeats", "budget"):
         if getattr(args, option) is not None:
             cmd += [f"--{option}", str(getattr(args, option))]
@@ -114,6 +120,20 @@ def run_one(args: argparse.Namespace, adapter: str, workload: str) -> dict[str, 
     out.unlink()
     result["wall_s"] = wall
     return result
+
+
+def combine(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One result from an adapter's runs: the median of every figure, the runs kept too."""
+    ok = [r for r in runs if r["status"] == "ok"]
+    if len(ok) != len(runs) or len(runs) == 1:
+        bad = [r for r in runs if r["status"] != "ok"]
+        return {**(bad[0] if bad else runs[0]), "runs": runs if len(runs) > 1 else []}
+    out = dict(runs[0])
+    for key, value in runs[0].items():
+        if isinstance(value, float):
+            out[key] = statistics.median(r[key] for r in runs)
+    out["runs"] = runs
+    return out
 
 
 def _summary(r: dict[str, Any]) -> str:
@@ -158,26 +178,33 @@ def main(argv: list[str] | None = None) -> int:
         "machine": machine_facts(WORK),
         "workloads": {},
     }
+    rounds = args.rounds or (1 if args.quick else 3)
+    report["settings"]["rounds"] = rounds
     failed = False
     for wname in workloads:
         workload = get_workload(wname, args.quick)
-        section = {
+        runs: dict[str, list[dict[str, Any]]] = {a: [] for a in adapters}
+        for k in range(rounds):
+            # Rounds interleave the adapters (each round starting one further on), so that a
+            # burst of load from elsewhere on the machine lands on one run of several formats
+            # rather than on every run of one format.
+            for adapter in adapters[k % len(adapters) :] + adapters[: k % len(adapters)]:
+                if runs[adapter] and runs[adapter][-1]["status"] != "ok":
+                    continue  # unavailable or broken: once is enough
+                result = run_one(args, adapter, wname, check=args.check and k == 0)
+                runs[adapter].append(result)
+                print(f"{wname} round {k + 1}/{rounds} {adapter:22} {_summary(result)}", flush=True)
+        results = [combine(runs[a]) for a in adapters]
+        failed |= any(r["status"] == "error" or r.get("check", "ok") != "ok" for r in results)
+        payload = next((r["payload_mb"] for r in results if r.get("payload_mb")), None)
+        report["workloads"][wname] = {
             "workload": wname,
             "description": workload.description,
             "n": workload.n,
             "fields": [vars(f) for f in workload.fields],
-            "results": [],
+            "payload_mb": payload or Data(workload).payload_bytes() / 2**20,
+            "results": results,
         }
-        report["workloads"][wname] = section
-        for adapter in adapters:
-            result = run_one(args, adapter, wname)
-            section["results"].append(result)
-            section.setdefault("payload_mb", result.get("payload_mb"))
-            print(f"{wname} {adapter:22} {_summary(result)}", flush=True)
-            if result["status"] == "error" or result.get("check", "ok") != "ok":
-                failed = True
-        if section["payload_mb"] is None:
-            section["payload_mb"] = Data(workload).payload_bytes() / 2**20
     report["loadavg_end"] = os.getloadavg()
     results_dir.mkdir(parents=True, exist_ok=True)
     (results_dir / f"{name}.json").write_text(json.dumps(report, indent=1) + "\n")

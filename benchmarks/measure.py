@@ -29,7 +29,7 @@ class Settings:
     max_reads: int  # random reads per pass at most (a prefix of a random permutation)
 
 
-FULL = Settings(repeats=3, budget_s=30.0, max_reads=200_000)
+FULL = Settings(repeats=2, budget_s=15.0, max_reads=200_000)
 QUICK = Settings(repeats=2, budget_s=1.0, max_reads=2_000)
 
 

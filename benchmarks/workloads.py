@@ -73,7 +73,7 @@ W2 = Workload(
 
 W3 = Workload(
     name="W3",
-    description="[float32 tensor of 64 MiB] (quick: 4 MiB): time to get one tensor",
+    description="[float32 tensor of 64 MiB] (quick: 1 MiB): time to get one tensor",
     fields=(Field("weights", "tensor", "float32", (16 * 1024 * 1024,)),),
     n=8,
     seed=3,
@@ -85,7 +85,7 @@ WORKLOADS: dict[str, Workload] = {w.name: w for w in (W1, W2, W3)}
 QUICK: dict[str, Workload] = {
     "W1": W1.scaled(2_000),
     "W2": W2.scaled(100),
-    "W3": W3.scaled(4, {"weights": (1024 * 1024,)}),
+    "W3": W3.scaled(4, {"weights": (256 * 1024,)}),
 }
 
 
