@@ -195,8 +195,15 @@ class ZstdSource:
                 try:
                     old = read_seek_table(self.map, end)
                     n = old.num_frames
-                    same = n == k and np.array_equal(
-                        old.compressed_sizes, table.compressed_sizes[:n]
+                    same = (
+                        n == k
+                        and np.array_equal(old.compressed_sizes, table.compressed_sizes[:n])
+                        and np.array_equal(old.decompressed_sizes, table.decompressed_sizes[:n])
+                        and (
+                            old.checksums is None
+                            or table.checksums is None
+                            or np.array_equal(old.checksums, table.checksums[:n])
+                        )
                     )
                 except FormatError:
                     same = False
