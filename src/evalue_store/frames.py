@@ -34,7 +34,7 @@ from .seekable import (
 
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 DICT_FRAME_MAGIC = 0x184D2A5D  # skippable frame holding our zstd dictionary (first frame)
-DEFAULT_FRAME_SIZE = 16 << 10
+DEFAULT_FRAME_SIZE = 8 << 10  # random reads decompress a frame: smaller is faster
 BIG_FRAME_SIZE = 1 << 20
 DEFAULT_CACHE_BYTES = 32 << 20
 MAX_DICT_SIZE = 1 << 20
