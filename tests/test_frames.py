@@ -5,10 +5,7 @@ from __future__ import annotations
 import os
 import random
 import shutil
-import signal
-import struct
 import subprocess
-import time
 
 import numpy as np
 import pytest
@@ -19,7 +16,7 @@ import evalue_store as evs
 from evalue_store import frames
 
 from .test_core import assert_same, records
-from .test_damage import record, same
+from .test_damage import kill_trials, record, same
 
 ZSTD = shutil.which("zstd")
 
@@ -218,49 +215,7 @@ def test_corrupted_frames_raise_and_verify_reports(tmp_path):
                 pass
 
 
-def _zstd_child(path: str, seed: int) -> None:
-    rng = random.Random(seed)
-    w = evs.Writer(path, mode="a")
-    i = len(w)
-    while True:
-        w.append(record(i))
-        i += 1
-        if rng.random() < 0.2:
-            w.commit()
-            os.write(3, struct.pack("<Q", len(w)))
-
-
 def test_killed_compressed_writers_lose_no_committed_record(tmp_path):
     path = str(tmp_path / "k.evs.zst")
     evs.Writer(path, compression="zstd", frame_size=4096).close()
-    rng = random.Random(11)
-    salvaged = ever_committed = 0
-    for trial in range(30):
-        read_end, write_end = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            try:
-                os.dup2(write_end, 3)
-                _zstd_child(path, trial)
-            finally:
-                os._exit(1)
-        os.close(write_end)
-        time.sleep(rng.uniform(0.0, 0.05))
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-        reported = os.read(read_end, 1 << 20)
-        os.close(read_end)
-        committed = struct.unpack_from("<Q", reported, len(reported) - 8)[0] if reported else 0
-        ever_committed = max(ever_committed, committed)
-        ds = evs.open(path)
-        assert len(ds) >= committed and all(same(ds[i], i) for i in range(len(ds)))
-        ds.close()
-        report = evs.recover(path)
-        salvaged += report.salvaged_records
-        ds = evs.open(path)
-        assert ds.uncommitted_bytes == 0 and all(same(ds[i], i) for i in range(len(ds)))
-        assert ds.verify().ok
-        ds.close()
-        if report.side_file:
-            os.remove(report.side_file)
-    assert ever_committed > 0 and salvaged > 0  # kills landed after commits and between them
+    kill_trials(path, trials=30, seed=11)  # mode="a" keeps the file's compression
