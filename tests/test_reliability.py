@@ -38,6 +38,7 @@ def _tool(name: str):
 
 
 kw = _tool("kill_writers")
+bitrot = _tool("bitrot")
 record, same = kw.record, kw.same
 
 
@@ -80,101 +81,29 @@ def test_torn_last_commit_at_every_byte(tmp_path, compression, monkeypatch):
 # ------------------------------------------------------------------------------ bit rot
 
 
-def _build(path: Path, compression: str | None) -> list[int]:
-    counts = []
-    with evs.Writer(path, compression=compression, frame_size=4096, metadata={"v": 1}) as w:
-        n = 0
-        for size in (4, 3, 5, 2):
-            w.extend(record(i) for i in range(n, n + size))
-            n += size
-            w.commit()
-            counts.append(n)
-        w.set_metadata({"v": 2})
-    return counts
-
-
-def covered_ranges(ds) -> list[tuple[int, int]]:
-    """Bytes of a plain file some checksum covers: the header, live records, the live
-    index, the live metadata, every footer of the chain and the segments they name."""
-    from evalue_store.container import parse_footer_from
-
-    ranges = [(0, 54 + len(ds.header.writer.encode()) + 4)]
-    for e in ds.entries():
-        ranges.append((int(e["offset"]), int(e["offset"]) + 16 + int(e["length"])))
-    c = ds.commit
-    if c.metadata_length:
-        ranges.append((c.metadata_offset, c.metadata_offset + c.metadata_length))
-    while True:
-        ranges.append((c.footer_offset, c.end))
-        ranges += [(s.offset, s.offset + 24 * s.count) for s in c.segments]
-        if not c.prev_footer:
-            break
-        c = parse_footer_from(ds._source.read, c.prev_footer, c.footer_offset, ds.header)
-    return ranges
-
-
-def _outcome(path: Path, n: int) -> tuple[str, int]:
-    """('refused' | 'detected' | 'clean', records that raised); asserts no wrong data."""
-    try:
-        ds = evs.open(path)
-    except evs.FormatError:
-        return "refused", 0
-    with ds:
-        report = ds.verify()
-        raised = 0
-        assert len(ds) <= n
-        for i in range(len(ds)):
-            try:
-                got = ds[i]
-            except evs.FormatError:
-                raised += 1
-                continue
-            assert same(got, i), f"record {i} silently wrong"  # never silently wrong data
-        bad = {i for i, _ in report.bad_records}
-        assert raised == len(bad), (raised, report.bad_records)
-        if report.ok:  # (damage that makes it open an earlier commit shows as a tail)
-            assert len(ds) == n and ds.metadata == {"v": 2}
-        return ("clean" if report.ok else "detected"), raised
-
-
 @pytest.mark.parametrize("compression", [None, "zstd"])
 def test_bit_flips_and_overwrites_anywhere(tmp_path, compression, monkeypatch):
-    """Random single-bit flips and random byte overwrites anywhere in the file.
+    """Random single-bit flips and random byte overwrites anywhere in the file
+    (tools/bitrot.py; its docstring has the classes).
 
     Plain: every change inside checksummed bytes is detected (open refuses or verify
     reports it); changes outside them (zero padding between blocks, superseded metadata)
     leave every record and the metadata byte-identical. Compressed: every change is either
-    detected or provably harmless (all records and metadata identical). In both, a read
-    of a damaged record raises FormatError and all others return exactly what was written.
+    detected or provably harmless. In both, a read of a damaged record raises FormatError
+    and all others return exactly what was written.
     """
-    path = tmp_path / ("f.evs.zst" if compression else "f.evs")
-    n = _build(path, compression)[-1]
-    data = path.read_bytes()
-    covered = None
-    if not compression:
-        with evs.open(path) as ds:
-            covered = covered_ranges(ds)
-    rng = random.Random(2024)
-    tally: dict[str, int] = {}
-    for trial in range(700):
-        damaged = bytearray(data)
-        pos = rng.randrange(len(data))
-        if trial % 2:
-            damaged[pos] ^= 1 << rng.randrange(8)
-        else:
-            damaged[pos] = (damaged[pos] + rng.randrange(1, 256)) % 256  # a different byte
-        path.write_bytes(damaged)
-        outcome, _ = _outcome(path, n)
-        in_checksum = covered is None or any(a <= pos < b for a, b in covered)
-        key = f"{outcome} ({'covered' if in_checksum else 'uncovered'})"
-        tally[key] = tally.get(key, 0) + 1
-        if covered is not None and in_checksum:
-            assert outcome != "clean", f"change at {pos} in checksummed bytes not detected"
+    fast_fsync(monkeypatch)
+    r = bitrot.campaign(str(tmp_path), compression, 700, 2024)
+    assert not r["failures"], r["failures"][:10]
+    tally = r["tally"]
     if compression:
-        assert tally.get("detected (covered)", 0) + tally.get("refused (covered)", 0) > 500
+        found = sum(v for k, v in tally.items() if k.startswith(("detected", "refused")))
+        assert found > 500, tally
     else:
-        assert tally.get("clean (uncovered)", 0) > 0  # padding exists and is harmless
-        assert tally.get("clean (covered)", 0) == 0
+        assert tally.get("clean (not checksummed)", 0) > 0, tally  # padding: harmless
+        assert tally.get("clean (checksummed)", 0) == 0
+        assert tally.get("detected (checksummed)", 0) > 300, tally
+    assert r["reads_raised"] > 50
 
 
 # ------------------------------------------------------------------------------ concurrency
@@ -549,3 +478,29 @@ def test_recover_drops_a_tail_frame_of_padding_alone(tmp_path):
     with evs.open(path) as ds:
         assert len(ds) == 0 and ds.uncommitted_bytes == 0 and ds.verify().ok
     os.remove(salvage.side_file)
+
+
+def test_verify_reports_damage_to_an_earlier_seek_tables_sizes_and_checksums(tmp_path):
+    """Regression: verify() compared only the compressed sizes of earlier seek tables with
+    the last one, so rot in their decompressed sizes or checksums (what a reader falls
+    back on when the last table is lost) went unreported."""
+    path = tmp_path / "t.evs.zst"
+    with evs.Writer(path, compression="zstd") as w:
+        for i in range(1, 4):
+            w.append(record(i))
+            w.commit()
+    with evs.open(path) as ds:
+        table = ds._source.table
+        k = next(k for k in range(1, table.num_frames) if table.decompressed_sizes[k] == 0)
+        end = int(table.compressed_offsets[k + 1])
+    data = path.read_bytes()
+    n_old = int.from_bytes(data[end - 9 : end - 5], "little")
+    entries = end - 9 - 12 * n_old
+    for field in (4, 8):  # Decompressed_Size, Checksum of the old table's first entry
+        damaged = bytearray(data)
+        damaged[entries + field] ^= 0x10
+        path.write_bytes(damaged)
+        with evs.open(path) as ds:
+            assert all(same(ds[i], i + 1) for i in range(3))  # reads use the last table
+            report = ds.verify()
+            assert not report.ok and any("earlier seek table" in p for p in report.problems)

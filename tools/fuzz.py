@@ -13,6 +13,8 @@ Targets (``python tools/fuzz.py TARGET ...``):
                bit 2: backend "pread" instead of "mmap"; bit 3: ``verify=False`` reads.
 ``java``       ``evs.java.loads`` / ``loads_record`` (both string modes) and
                ``iter_record_slices``.
+``recover``    ``evs.recover`` (then a full read and an append) on the same inputs as
+               ``container``: the salvage of tails, plain and compressed.
 ``seekable``   ``seekable.read_seek_table``, ``decompress_frame`` of every frame (into
                new and caller buffers), ``find_last_seek_table``, ``frame_extent``,
                ``frames.read_dictionary``.
@@ -48,7 +50,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "tests" / "fuzz_corpus"
-TARGETS = ("container", "java", "seekable")
+TARGETS = ("container", "java", "seekable", "recover")
 
 # libFuzzer re-runs this script for -merge / -fork without the target argument: the target
 # travels in the environment.
@@ -306,7 +308,49 @@ def run_seekable(data: bytes) -> None:
                     pass
 
 
-RUNNERS = {"container": run_container, "java": run_java, "seekable": run_seekable}
+def run_recover(data: bytes) -> None:
+    """``evs.recover`` on the file (same modes as ``container``), then a full read, then an
+    append in mode "a". fsync is skipped in the fuzzing process: only speed changes."""
+    body, backend, verify = container_input(data)
+    path = _scratch()
+    for side in Path(path).parent.glob(Path(path).name + ".tail-*"):
+        side.unlink()
+    with open(path, "wb") as f:
+        f.write(body)
+    fsync, os.fsync = os.fsync, lambda fd: None
+    try:
+        try:
+            salvage = evs.recover(path)
+        except evs.FormatError:
+            return
+        if salvage.side_file:
+            os.remove(salvage.side_file)
+        ds = evs.open(path, backend=backend, verify=verify)
+        try:
+            assert ds.uncommitted_bytes == 0
+            for i in range(min(len(ds), 10_000)):
+                try:
+                    _touch(ds[i])
+                except evs.FormatError:
+                    pass
+            ds.verify()
+            n = len(ds)
+        finally:
+            ds.close()
+        with evs.Writer(path, mode="a") as w:
+            w.append([n, "appended"])
+        with evs.open(path) as ds:
+            assert len(ds) == n + 1 and ds[n] == [n, "appended"]
+    finally:
+        os.fsync = fsync
+
+
+RUNNERS = {
+    "container": run_container,
+    "java": run_java,
+    "seekable": run_seekable,
+    "recover": run_recover,
+}
 
 
 # ---------------------------------------------------------------------------------- seeds
@@ -365,6 +409,13 @@ def seed_inputs(target: str) -> dict[str, bytes]:
         make("dict-z", samples[:4], compression="zstd", frame_size=4096, dictionary=dictionary)
     if target == "seekable":
         return {k: v for k, v in out.items() if k.endswith("-z")}
+    if target == "recover":  # files with a crashed writer's tail: records, then garbage
+        seeds = {}
+        for name, blob in out.items():
+            if name in ("rich", "small-a8", "rich-z", "small-z"):
+                seeds[name + "-tail"] = b"\x00" + blob + blob[-300:] + bytes(64)
+                seeds[name + "-cut"] = b"\x00" + blob[: len(blob) - 7]
+        return seeds
     seeds = {}
     for name, blob in out.items():
         if name.endswith("-z"):
@@ -498,7 +549,14 @@ def hostile_inputs() -> dict[str, dict[str, bytes]]:
         "record-(2^31-1)-values": b"EVJ1" + struct.pack(">i", 2**31 - 1) + bytes(40),
         "record-value-(2^31-1)-bytes": b"EVJ1" + struct.pack(">ii", 1, 2**31 - 1) + b"\x00",
     }
-    return {"container": container, "seekable": compressed, "java": java_inputs}
+    return {
+        "container": container,
+        "seekable": compressed,
+        "java": java_inputs,
+        "recover": {
+            k: v for k, v in container.items() if k.startswith(("z-", "footer", "segment"))
+        },
+    }
 
 
 def write_seeds() -> None:
@@ -556,7 +614,7 @@ def campaign(minutes: float, workdir: Path) -> None:
     import subprocess
     import time
 
-    shares = {"container": 0.5, "seekable": 0.3, "java": 0.2}
+    shares = {"container": 0.4, "recover": 0.2, "seekable": 0.25, "java": 0.15}
     workdir.mkdir(parents=True, exist_ok=True)
     total_runs, crashes = 0, []
     for target, share in shares.items():
@@ -569,6 +627,8 @@ def campaign(minutes: float, workdir: Path) -> None:
             cmd = [sys.executable, __file__, target, f"-max_total_time={left}", "-timeout=10"]
             cmd += ["-rss_limit_mb=3072", "-max_len=16384", "-print_final_stats=1"]
             cmd += [f"-artifact_prefix={workdir}/art-{target}-", str(corpus), str(CORPUS / target)]
+            if target == "recover":  # same input format: the container corpus seeds it too
+                cmd.append(str(CORPUS / "container"))
             log = subprocess.run(cmd, capture_output=True, text=True, cwd=workdir).stderr
             (workdir / f"log-{target}.txt").open("a").write(log)
             done = re.findall(r"stat::number_of_executed_units: (\d+)", log)
