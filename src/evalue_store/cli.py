@@ -1568,7 +1568,7 @@ def _compress_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", required=True, metavar="OUT", help="compressed container")
     p.add_argument("--level", type=int, default=3, help="zstd level (default 3)")
     p.add_argument(
-        "--frame-size", type=int, default=8 << 10, metavar="BYTES", help="target frame size"
+        "--frame-size", type=int, default=4 << 10, metavar="BYTES", help="target frame size"
     )
     p.add_argument(
         "--dictionary", action="store_true", help="train a zstd dictionary and store it in OUT"

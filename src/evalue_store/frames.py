@@ -34,9 +34,11 @@ from .seekable import (
 
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 DICT_FRAME_MAGIC = 0x184D2A5D  # skippable frame holding our zstd dictionary (first frame)
-DEFAULT_FRAME_SIZE = 8 << 10  # random reads decompress a frame: smaller is faster
+DEFAULT_FRAME_SIZE = 4 << 10  # random reads decompress a frame: smaller is faster
 BIG_FRAME_SIZE = 1 << 20
 DEFAULT_CACHE_BYTES = 32 << 20
+SMALL_FRAME = 64 << 10  # frames up to this size take the short decompression path
+ARENA = 1 << 20  # bytes per allocation that small frames' buffers are carved from
 MAX_DICT_SIZE = 1 << 20
 
 
@@ -118,6 +120,8 @@ class ZstdSource:
         self.alignment = 64
         self.cache_bytes = cache_bytes
         self._cache: OrderedDict[int, np.ndarray] = OrderedDict()
+        self._arena = np.empty(0, np.uint8)  # carved into small frames' buffers
+        self._arena_address = self._arena_pos = 0
         self._cached = 0
         self._offsets = self.table.decompressed_offsets
 
@@ -137,13 +141,52 @@ class ZstdSource:
         if buf is not None:
             self._cache.move_to_end(k)
             return buf
-        buf = decompress_frame(self.map, self.table, k, dctx=self.dctx, alignment=self.alignment)
+        buf = self._decompress(k)
         self._cache[k] = buf
         self._cached += buf.nbytes
         while self._cached > self.cache_bytes and len(self._cache) > 1:
             _, old = self._cache.popitem(last=False)
             self._cached -= old.nbytes
         return buf
+
+    def _decompress(self, k: int) -> np.ndarray:
+        """Frame k's bytes in a buffer aligned to their logical offsets.
+
+        A random read decompresses one small frame, so its fixed costs matter: frames up to
+        SMALL_FRAME bytes skip decompress_frame's block walk (their allocation is small
+        anyway). Their header must declare the seek table's size and checksum; libzstd then
+        decompresses the whole frame, checking content size and checksum. The bytes land
+        in a shared arena (one allocation per ARENA bytes). Bigger frames get every check.
+        """
+        table = self.table
+        size = int(table.decompressed_sizes[k])
+        if not 0 < size <= SMALL_FRAME:
+            return decompress_frame(self.map, table, k, dctx=self.dctx, alignment=self.alignment)
+        start, end = int(table.compressed_offsets[k]), int(table.compressed_offsets[k + 1])
+        frame = memoryview(self.map)[start:end]
+        try:
+            params = zstandard.get_frame_parameters(frame)
+            if params.content_size != size or not params.has_checksum:
+                raise zstandard.ZstdError("frame header disagrees with the seek table")
+            if frame[-4:] != int(table.checksums[k]).to_bytes(4, "little"):
+                raise zstandard.ZstdError("frame checksum disagrees with the seek table")
+            data = self.dctx.decompress(frame)
+        except zstandard.ZstdError as exc:
+            raise FormatError(f"frame {k}: {exc}", start) from None
+        out = self._carve(size, int(table.decompressed_offsets[k]))
+        out[:] = memoryview(data)
+        return out
+
+    def _carve(self, size: int, logical_start: int) -> np.ndarray:
+        """``size`` writable bytes placed so that logical offsets keep their alignment."""
+        align = self.alignment
+        pos = self._arena_pos + (logical_start - self._arena_address - self._arena_pos) % align
+        if pos + size > len(self._arena):
+            self._arena = np.empty(max(ARENA, size + align), np.uint8)
+            self._arena_address = self._arena.__array_interface__["data"][0]
+            pos = (logical_start - self._arena_address) % align
+        self._arena_pos = pos + size
+        return self._arena[pos : pos + size]
 
     def frame(self, offset: int, n: int) -> tuple[Any, int]:
         """(buffer, position): logical bytes [offset, offset + n) are buffer[position:...]."""

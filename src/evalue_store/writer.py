@@ -52,6 +52,7 @@ from .seekable import EMPTY_CHECKSUM, frame_extent
 
 MERGE_FANOUT = 4  # merge the newest index segments when this many share a level
 MAX_FRAME_SIZE = 64 << 20  # frames this big already compress as well as any larger
+MIN_FRAME_SIZE = 256  # below this, per-frame overhead outweighs the record; 1 record per frame
 
 
 def _lock(fd: int, path: str) -> None:
@@ -292,8 +293,10 @@ class Writer:
             raise ValueError(f"alignment must be a power of two in [8, 65536], not {alignment}")
         if compression not in (None, "zstd"):
             raise ValueError(f"compression must be None or 'zstd', not {compression!r}")
-        if not 4096 <= frame_size <= MAX_FRAME_SIZE:
-            raise ValueError(f"frame_size must be in [4096, {MAX_FRAME_SIZE}], not {frame_size}")
+        if not MIN_FRAME_SIZE <= frame_size <= MAX_FRAME_SIZE:
+            raise ValueError(
+                f"frame_size must be in [{MIN_FRAME_SIZE}, {MAX_FRAME_SIZE}], not {frame_size}"
+            )
         if dictionary is not None and compression != "zstd":
             raise ValueError("a dictionary needs compression='zstd'")
         self.path = os.fspath(path)
