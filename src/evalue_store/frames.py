@@ -168,7 +168,8 @@ class ZstdSource:
             params = zstandard.get_frame_parameters(frame)
             if params.content_size != size or not params.has_checksum:
                 raise zstandard.ZstdError("frame header disagrees with the seek table")
-            if frame[-4:] != int(table.checksums[k]).to_bytes(4, "little"):
+            sums = table.checksums  # None: a table without Checksum_Flag (valid, not ours)
+            if sums is not None and frame[-4:] != int(sums[k]).to_bytes(4, "little"):
                 raise zstandard.ZstdError("frame checksum disagrees with the seek table")
             data = self.dctx.decompress(frame)
         except zstandard.ZstdError as exc:
