@@ -263,6 +263,22 @@ def test_corrupt_dictionary_and_lost_seek_table_are_format_errors(tmp_path):
         evs.open(plain)
 
 
+def test_seek_table_without_checksums_reads(tmp_path):
+    """Regression: the short decompression path for small frames (8487f3d) indexed the seek
+    table's checksums unconditionally; a table without Checksum_Flag (valid by the seekable
+    format, FORMAT.md section 16) raised TypeError on the first read."""
+    import numpy as np
+
+    path = tmp_path / "n.evs.zst"
+    with evs.Writer(path, compression="zstd") as w:
+        w.append([np.arange(10), "x"])
+        w.append([np.zeros((2, 3), np.float32)])
+    path.write_bytes(fuzz.without_checksums(path.read_bytes()))
+    with evs.open(path) as ds:
+        assert ds._source.table.checksums is None
+        assert ds[0][1] == "x" and ds[1][0].shape == (2, 3) and ds.verify().ok
+
+
 # ------------------------------------------------------------------------------ out of scope
 
 

@@ -174,6 +174,19 @@ def as_seekable(data: bytes, cut: int) -> bytes:
     return b"".join(parts)
 
 
+def without_checksums(data: bytes) -> bytes:
+    """The same seekable file with its last seek table rewritten without Checksum_Flag
+    (8-byte entries): valid by the seekable format, never written by us."""
+    table = seekable.read_seek_table(data)
+    n = table.num_frames
+    entries = np.empty((n, 2), "<u4")
+    entries[:, 0] = table.compressed_sizes
+    entries[:, 1] = table.decompressed_sizes
+    head = struct.pack("<II", seekable.SEEK_TABLE_SKIPPABLE_MAGIC, n * 8 + 9)
+    foot = struct.pack("<IBI", n, 0, seekable.SEEKABLE_MAGIC)
+    return data[: table.table_offset] + head + entries.tobytes() + foot
+
+
 _TMP = None
 
 
@@ -407,6 +420,8 @@ def seed_inputs(target: str) -> dict[str, bytes]:
         samples = [[np.full(20, i % 3, np.int32), f"x{i % 4}"] for i in range(40)]
         dictionary = evs.train_dictionary(samples, size=1024)
         make("dict-z", samples[:4], compression="zstd", frame_size=4096, dictionary=dictionary)
+    for name in [k for k in out if k.endswith("-z")]:
+        out[name[:-2] + "-nochecksum-z"] = without_checksums(out[name])
     if target == "seekable":
         return {k: v for k, v in out.items() if k.endswith("-z")}
     if target == "recover":  # files with a crashed writer's tail: records, then garbage
