@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -50,6 +51,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "(default: 3, quick: 1)",
     )
     p.add_argument("--repeats", type=int, help="timed repetitions per phase within a run")
+    p.add_argument(
+        "--library",
+        choices=("head", "worktree"),
+        help="evalue_store to measure: 'head' = src/ as committed at HEAD, exported once so "
+        "that commits landing during a long run do not change it (default for full runs); "
+        "'worktree' = the installed (editable) package as it is (default with --quick)",
+    )
     p.add_argument("--budget", type=float, help="seconds after which a phase stops repeating")
     p.add_argument("--timeout", type=float, help="seconds allowed per subprocess")
     p.add_argument(
@@ -84,7 +92,32 @@ def worker_main(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_one(args: argparse.Namespace, adapter: str, workload: str, check: bool) -> dict[str, Any]:
+def export_head_library() -> tuple[Path, str]:
+    """Export src/ as committed at HEAD into benchmarks/work; returns (path, commit)."""
+    repo = HERE.parent
+    commit = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    target = WORK / f"library-{commit[:12]}"
+    if not (target / "src" / "evalue_store" / "__init__.py").exists():
+        target.mkdir(parents=True, exist_ok=True)
+        archive = subprocess.run(
+            ["git", "archive", "--format=tar", commit, "src"],
+            cwd=repo,
+            capture_output=True,
+            check=True,
+        ).stdout
+        subprocess.run(["tar", "-x", "-C", str(target)], input=archive, check=True)
+    return target / "src", commit
+
+
+def run_one(
+    args: argparse.Namespace,
+    adapter: str,
+    workload: str,
+    check: bool,
+    library: Path | None = None,
+) -> dict[str, Any]:
     out = WORK / f"result-{os.getpid()}-{adapter}-{workload}.json"
     cmd = [
         sys.executable,
@@ -105,7 +138,12 @@ def run_one(args: argparse.Namespace, adapter: str, workload: str, check: bool) 
     base = {"adapter": adapter, "workload": workload}
     t0 = time.perf_counter()
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        env = dict(os.environ)
+        if library is not None:  # put the exported evalue_store ahead of the installed one
+            env["PYTHONPATH"] = os.pathsep.join(
+                p for p in (str(library), env.get("PYTHONPATH", "")) if p
+            )
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
         return {**base, "status": "error", "reason": f"timed out after {timeout:.0f} s"}
     wall = time.perf_counter() - t0
@@ -180,6 +218,15 @@ def main(argv: list[str] | None = None) -> int:
     }
     rounds = args.rounds or (1 if args.quick else 3)
     report["settings"]["rounds"] = rounds
+    library: Path | None = None
+    if (args.library or ("worktree" if args.quick else "head")) == "head":
+        try:
+            library, commit = export_head_library()
+        except (OSError, subprocess.CalledProcessError) as exc:
+            print(f"cannot export HEAD's src/ ({exc}); measuring the installed package")
+        else:
+            report["settings"]["library"] = f"src/ at commit {commit}"
+    report["settings"].setdefault("library", "installed package (working tree)")
     failed = False
     for wname in workloads:
         workload = get_workload(wname, args.quick)
@@ -191,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
             for adapter in adapters[k % len(adapters) :] + adapters[: k % len(adapters)]:
                 if runs[adapter] and runs[adapter][-1]["status"] != "ok":
                     continue  # unavailable or broken: once is enough
-                result = run_one(args, adapter, wname, check=args.check and k == 0)
+                result = run_one(args, adapter, wname, args.check and k == 0, library)
                 runs[adapter].append(result)
                 print(f"{wname} round {k + 1}/{rounds} {adapter:22} {_summary(result)}", flush=True)
         results = [combine(runs[a]) for a in adapters]
@@ -205,6 +252,8 @@ def main(argv: list[str] | None = None) -> int:
             "payload_mb": payload or Data(workload).payload_bytes() / 2**20,
             "results": results,
         }
+    if library is not None:
+        shutil.rmtree(library.parent, ignore_errors=True)
     report["loadavg_end"] = os.getloadavg()
     results_dir.mkdir(parents=True, exist_ok=True)
     (results_dir / f"{name}.json").write_text(json.dumps(report, indent=1) + "\n")

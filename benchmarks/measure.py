@@ -10,6 +10,7 @@ from __future__ import annotations
 import gc
 import os
 import shutil
+import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -160,6 +161,9 @@ def measure(
     except Unavailable as exc:
         return {**result, "status": "unavailable", "reason": str(exc)}
     result.update(zero_copy=adapter.zero_copy, notes=adapter.notes, status="ok")
+    evs = sys.modules.get("evalue_store")
+    if evs is not None:
+        result["evalue_store_from"] = str(Path(evs.__file__).parent)
     path = work_dir / f"{name}-{workload.name}"
     try:
         _measure(adapter, workload, settings, path, check, result)

@@ -35,9 +35,8 @@ METRICS: tuple[tuple[str, str, bool], ...] = (
     ("get_p99_us", "get p99 µs", False),
     ("batch_us_per_rec", "get_many µs/rec", False),
     ("scan_rec_s", "scan rec/s", True),
-    ("scan_mb_s", "scan MB/s", True),
 )
-RATIO_METRICS = tuple(m for m in METRICS if m[0] not in ("write_mb_s", "scan_mb_s"))
+RATIO_METRICS = tuple(m for m in METRICS if m[0] != "write_mb_s")
 
 
 def _version(dist: str) -> str | None:
@@ -216,13 +215,15 @@ def markdown(report: dict[str, Any]) -> str:
         f"{', '.join(f'{x:.2f}' for x in report.get('loadavg_end', ()))} · commit "
         f"{(m['git_commit'] or '?')[:10]}",
         "",
-        f"Versions: {versions}.",
+        f"Versions: {versions}. evalue_store measured: "
+        f"{report.get('settings', {}).get('library', 'installed package')}.",
         "",
         "Figures are medians over repeated runs, each format in its own process, warm page "
         "cache. Write MB/s counts raw field bytes. get = one random record (random "
         "permutation), touching every field (two tensor elements, the int, the string's "
         "length); get_many = a random batch, per record; scan = sequential, per record. "
-        "Read peak RSS includes the interpreter and the format's imports.",
+        "Read peak RSS includes the interpreter, the format's imports and the pages of "
+        "memory-mapped files that were touched (the kernel maps 64 KiB around each touch).",
         "",
     ]
     for section in report["workloads"].values():
