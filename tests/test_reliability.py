@@ -1,6 +1,6 @@
 """Reliability (issue 6): killed writers, torn tails, bit rot, concurrent readers, full disks.
 
-The long versions are the tools (tools/kill_writers.py, docs/reliability-results.md); these
+The long versions are the tools (tools/kill_writers.py, docs/RELIABILITY.md); these
 are bounded so that all of them together stay around a minute of CI time.
 """
 
