@@ -194,6 +194,9 @@ class _ZstdFile:
                 raise FormatError("the last seek table does not end at a commit", size)
             self.dictionary = source.dictionary
             table = source.table
+            if table.checksums is None:  # valid seekable, but its next table could not list them
+                reason = "seek table has no checksums (Checksum_Flag 0): cannot append to it"
+                raise FormatError(reason, table.table_offset)
             frames = [list(x) for x in table.entries_for_next_table()]
             self.found, self.keep, kept = self._salvage(source, table.end, size)
             for csize, dsize, checksum in kept:
