@@ -52,6 +52,8 @@ def test_replay_fuzz_corpus(target):
 def test_crashers_found_by_the_fuzzer_are_kept():
     kept = sorted(p.name for p in (CORPUS / "container").glob("crash-*"))
     assert kept == ["crash-corrupt-dictionary-zstderror", "crash-zstd-no-seek-table-buffererror"]
+    kept = sorted(p.name for p in (CORPUS / "recover").glob("crash-*"))
+    assert kept == ["crash-append-to-checksumless-table-valueerror"]
 
 
 # ------------------------------------------------------------------------------ mutations
@@ -277,6 +279,12 @@ def test_seek_table_without_checksums_reads(tmp_path):
     with evs.open(path) as ds:
         assert ds._source.table.checksums is None
         assert ds[0][1] == "x" and ds[1][0].shape == (2, 3) and ds.verify().ok
+    # Appending needs the old checksums for the next table: a clear FormatError (it was a
+    # bare ValueError from recover() / mode="a"; found by the recover fuzz target).
+    with pytest.raises(evs.FormatError, match="no checksums"):
+        evs.Writer(path, mode="a")
+    with pytest.raises(evs.FormatError, match="no checksums"):
+        evs.recover(path)
 
 
 # ------------------------------------------------------------------------------ out of scope
