@@ -161,16 +161,19 @@ def run_one(
 
 
 def combine(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """One result from an adapter's runs: the median of every figure, the runs kept too."""
+    """One result from an adapter's runs: the median of every figure over the runs that
+    worked (all runs are kept under "runs"); the first failure if none worked."""
     ok = [r for r in runs if r["status"] == "ok"]
-    if len(ok) != len(runs) or len(runs) == 1:
-        bad = [r for r in runs if r["status"] != "ok"]
-        return {**(bad[0] if bad else runs[0]), "runs": runs if len(runs) > 1 else []}
-    out = dict(runs[0])
-    for key, value in runs[0].items():
+    if not ok:
+        return {**runs[0], "runs": runs if len(runs) > 1 else []}
+    out = dict(ok[0])
+    for key, value in ok[0].items():
         if isinstance(value, float):
-            out[key] = statistics.median(r[key] for r in runs)
-    out["runs"] = runs
+            out[key] = statistics.median(r[key] for r in ok)
+    out["runs"] = runs if len(runs) > 1 else []
+    failed = [f"{r['status']}: {r.get('reason', '')}" for r in runs if r["status"] != "ok"]
+    if failed:
+        out["failed_runs"] = failed
     return out
 
 
@@ -236,13 +239,16 @@ def main(argv: list[str] | None = None) -> int:
             # burst of load from elsewhere on the machine lands on one run of several formats
             # rather than on every run of one format.
             for adapter in adapters[k % len(adapters) :] + adapters[: k % len(adapters)]:
-                if runs[adapter] and runs[adapter][-1]["status"] != "ok":
-                    continue  # unavailable or broken: once is enough
+                if runs[adapter] and runs[adapter][-1]["status"] == "unavailable":
+                    continue  # once is enough
                 result = run_one(args, adapter, wname, args.check and k == 0, library)
                 runs[adapter].append(result)
                 print(f"{wname} round {k + 1}/{rounds} {adapter:22} {_summary(result)}", flush=True)
         results = [combine(runs[a]) for a in adapters]
-        failed |= any(r["status"] == "error" or r.get("check", "ok") != "ok" for r in results)
+        failed |= any(
+            r["status"] == "error" or r.get("failed_runs") or r.get("check", "ok") != "ok"
+            for r in results
+        )
         payload = next((r["payload_mb"] for r in results if r.get("payload_mb")), None)
         report["workloads"][wname] = {
             "workload": wname,

@@ -164,7 +164,7 @@ def measure(
     evs = sys.modules.get("evalue_store")
     if evs is not None:
         result["evalue_store_from"] = str(Path(evs.__file__).parent)
-    path = work_dir / f"{name}-{workload.name}"
+    path = work_dir / f"{name}-{workload.name}-{os.getpid()}"  # other runs may share work_dir
     try:
         _measure(adapter, workload, settings, path, check, result)
     except Unavailable as exc:
