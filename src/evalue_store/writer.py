@@ -359,6 +359,9 @@ class Writer:
         with open(self.path, "rb") as probe:
             compressed = is_compressed(probe.read(8))
         state: Any = (_ZstdFile if compressed else _PlainFile)(self._fd, size, self.path)
+        if state.commit.number >= (1 << 64) - 1:  # a footer's u64 counter cannot go on
+            reason = "commit number is at its 64-bit maximum: cannot commit again"
+            raise FormatError(reason, state.commit.footer_offset)
         self.alignment = state.header.alignment
         self.file_id = state.header.file_id
         self._commit = state.commit
