@@ -53,7 +53,10 @@ def test_crashers_found_by_the_fuzzer_are_kept():
     kept = sorted(p.name for p in (CORPUS / "container").glob("crash-*"))
     assert kept == ["crash-corrupt-dictionary-zstderror", "crash-zstd-no-seek-table-buffererror"]
     kept = sorted(p.name for p in (CORPUS / "recover").glob("crash-*"))
-    assert kept == ["crash-append-to-checksumless-table-valueerror"]
+    assert kept == [
+        "crash-append-to-checksumless-table-valueerror",
+        "crash-commit-number-overflow-struct-error",
+    ]
 
 
 # ------------------------------------------------------------------------------ mutations
@@ -285,6 +288,26 @@ def test_seek_table_without_checksums_reads(tmp_path):
         evs.Writer(path, mode="a")
     with pytest.raises(evs.FormatError, match="no checksums"):
         evs.recover(path)
+
+
+def test_appending_after_the_last_possible_commit_number_is_a_format_error(tmp_path):
+    """Regression (recover fuzz target): a checksum-valid footer with commit number 2^64-1
+    made Writer(mode="a") / recover fail with struct.error while encoding the next footer."""
+    path = tmp_path / "n.evs"
+    with evs.Writer(path) as w:
+        w.append([1])
+    with evs.open(path) as ds:
+        commit, file_id = ds.commit, ds.header.file_id
+    data = bytearray(path.read_bytes())
+    del data[commit.footer_offset :]
+    data += encode_footer(commit.footer_offset, file_id, replace(commit, number=(1 << 64) - 1))
+    path.write_bytes(data)
+    with evs.open(path) as ds:
+        assert ds[0] == [1]
+    for attempt in (lambda: evs.Writer(path, mode="a"), lambda: evs.recover(path)):
+        with pytest.raises(evs.FormatError, match="64-bit maximum"):
+            attempt()
+    assert path.read_bytes() == data
 
 
 # ------------------------------------------------------------------------------ out of scope
