@@ -96,7 +96,7 @@ def main() -> None:
         f"noise ({args.records // 4:,} x [float32[1024] random, int])": noise(args.records // 4),
     }
     variants = {"plain": {}}
-    for frame_kib in (8, 16, 64):
+    for frame_kib in (4, 8, 16):
         variants[f"zstd {frame_kib} KiB frames"] = {
             "compression": "zstd",
             "frame_size": frame_kib << 10,
@@ -123,9 +123,9 @@ def main() -> None:
         rows = {}
         dictionary = evs.train_dictionary(records[:1000])
         chosen = dict(variants)
-        chosen["zstd 16 KiB frames + dictionary"] = {
+        chosen["zstd 4 KiB frames + dictionary"] = {
             "compression": "zstd",
-            "frame_size": 16 << 10,
+            "frame_size": 4 << 10,
             "dictionary": dictionary,
         }
         for label, options in chosen.items():
