@@ -527,6 +527,7 @@ def open_dataset(
     filesystems). ``verify``: check each record's CRC32 when it is read (default True);
     False skips that check so that big tensors are handed out without touching their pages.
     Compressed files are recognized from their bytes; ``cache_bytes`` bounds the cache of
-    decompressed frames.
+    decompressed frames. (They are always read through a mapping of the compressed bytes:
+    ``backend`` applies to plain files only.)
     """
     return Dataset(path, backend=backend, verify=verify, cache_bytes=cache_bytes)
