@@ -38,7 +38,6 @@ DEFAULT_FRAME_SIZE = 4 << 10  # random reads decompress a frame: smaller is fast
 BIG_FRAME_SIZE = 1 << 20
 DEFAULT_CACHE_BYTES = 32 << 20
 SMALL_FRAME = 64 << 10  # frames up to this size take the short decompression path
-ARENA = 1 << 20  # bytes per allocation that small frames' buffers are carved from
 MAX_DICT_SIZE = 1 << 20
 
 
@@ -120,8 +119,6 @@ class ZstdSource:
         self.alignment = 64
         self.cache_bytes = cache_bytes
         self._cache: OrderedDict[int, np.ndarray] = OrderedDict()
-        self._arena = np.empty(0, np.uint8)  # carved into small frames' buffers
-        self._arena_address = self._arena_pos = 0
         self._cached = 0
         self._offsets = self.table.decompressed_offsets
 
@@ -155,8 +152,8 @@ class ZstdSource:
         A random read decompresses one small frame, so its fixed costs matter: frames up to
         SMALL_FRAME bytes skip decompress_frame's block walk (their allocation is small
         anyway). Their header must declare the seek table's size and checksum; libzstd then
-        decompresses the whole frame, checking content size and checksum. The bytes land
-        in a shared arena (one allocation per ARENA bytes). Bigger frames get every check.
+        decompresses the whole frame, checking content size and checksum. Bigger frames get
+        every check.
         """
         table = self.table
         size = int(table.decompressed_sizes[k])
@@ -174,20 +171,11 @@ class ZstdSource:
             data = self.dctx.decompress(frame)
         except zstandard.ZstdError as exc:
             raise FormatError(f"frame {k}: {exc}", start) from None
-        out = self._carve(size, int(table.decompressed_offsets[k]))
+        # One allocation per frame: a buffer shared by several frames would keep evicted
+        # frames' memory alive for as long as any of them is cached or viewed.
+        out = aligned_empty(size, int(table.decompressed_offsets[k]), self.alignment)
         out[:] = memoryview(data)
         return out
-
-    def _carve(self, size: int, logical_start: int) -> np.ndarray:
-        """``size`` writable bytes placed so that logical offsets keep their alignment."""
-        align = self.alignment
-        pos = self._arena_pos + (logical_start - self._arena_address - self._arena_pos) % align
-        if pos + size > len(self._arena):
-            self._arena = np.empty(max(ARENA, size + align), np.uint8)
-            self._arena_address = self._arena.__array_interface__["data"][0]
-            pos = (logical_start - self._arena_address) % align
-        self._arena_pos = pos + size
-        return self._arena[pos : pos + size]
 
     def frame(self, offset: int, n: int) -> tuple[Any, int]:
         """(buffer, position): logical bytes [offset, offset + n) are buffer[position:...]."""
