@@ -431,19 +431,19 @@ class Dataset:
         except FormatError as exc:
             report.problems.append(str(exc))
         self._verify_index(report)
-        for i in range(self._len):
-            try:
-                offset, length, _ = self._entry(i)
-                saved, self._crc_on_read = self._crc_on_read, True
+        saved, self._crc_on_read = self._crc_on_read, True  # verify checks every record CRC
+        try:
+            for i in range(self._len):
                 try:
-                    self._record(i)
-                finally:
-                    self._crc_on_read = saved
-                report.bytes_checked += FRAME_SIZE + length
-            except FormatError as exc:
-                report.bad_records.append((i, exc.reason))
-            if progress is not None and (i & 1023) == 1023:
-                progress(i + 1)
+                    entry = self._entry(i)
+                    self._read(i, *entry)
+                    report.bytes_checked += FRAME_SIZE + entry[1]
+                except FormatError as exc:
+                    report.bad_records.append((i, exc.reason))
+                if progress is not None and (i & 1023) == 1023:
+                    progress(i + 1)
+        finally:
+            self._crc_on_read = saved
         self._verify_history(report)
         if isinstance(self._source, ZstdSource):
             report.problems += self._source.verify_frames()
