@@ -69,6 +69,8 @@ ADAPTERS: dict[str, str] = {
     "array_record": "arrayrecord:ArrayRecord",
     "array_record_zstd": "arrayrecord:ArrayRecordZstd",
     "hf_datasets": "hf:HfDatasets",
+    "webdataset": "webdataset_tar:WebDatasetTar",
+    "safetensors": "safetensors_file:Safetensors",
 }
 
 OURS = ("evalue_store", "evalue_store_noverify", "evalue_store_zstd")
