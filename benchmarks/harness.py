@@ -14,12 +14,26 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .adapters import ADAPTERS
-from .workloads import WORKLOADS, Data, get_workload
+from .adapters import ADAPTERS, FLOOR, OURS
+from .workloads import (
+    QUICK_SCALING_COUNTS,
+    QUICK_SCALING_SIZES,
+    SCALING_COUNTS,
+    SCALING_SIZES,
+    WORKLOADS,
+    Data,
+    Workload,
+    get_workload,
+)
 
 HERE = Path(__file__).resolve().parent
 RUN = HERE / "run.py"
 WORK = HERE / "work"
+SCALING = "scaling"  # the pseudo-workload name that selects the scaling curves
+# A scaling point is skipped when writing it would take longer than this (extrapolated from
+# the format's previous point), so that slow formats do not hold the run for hours.
+SCALING_WRITE_LIMIT_S = 240.0
+QUICK_SCALING_WRITE_LIMIT_S = 20.0
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -31,7 +45,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="also verify that every record read back equals what was written",
     )
     p.add_argument(
-        "--workloads", default=",".join(WORKLOADS), help="comma-separated (default: %(default)s)"
+        "--workloads",
+        default=",".join([*WORKLOADS, SCALING]),
+        help="comma-separated (default: %(default)s; 'scaling' = the open/get curves by "
+        "record count and the write curve by record size)",
     )
     p.add_argument(
         "--adapters",
@@ -68,6 +85,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--worker", help=argparse.SUPPRESS)  # adapter name, in the subprocess
     p.add_argument("--out", type=Path, help=argparse.SUPPRESS)
+    p.add_argument("--phases", default="all", help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
 
@@ -87,7 +105,7 @@ def worker_main(args: argparse.Namespace) -> int:
 
     workload = get_workload(args.workloads, args.quick)
     WORK.mkdir(parents=True, exist_ok=True)
-    result = measure(args.worker, workload, settings_for(args), WORK, args.check)
+    result = measure(args.worker, workload, settings_for(args), WORK, args.check, args.phases)
     args.out.write_text(json.dumps(result, indent=1))
     return 0
 
@@ -117,6 +135,7 @@ def run_one(
     workload: str,
     check: bool,
     library: Path | None = None,
+    phases: str = "all",
 ) -> dict[str, Any]:
     out = WORK / f"result-{os.getpid()}-{adapter}-{workload}.json"
     cmd = [
@@ -128,6 +147,8 @@ def run_one(
         workload,
         "--out",
         str(out),
+        "--phases",
+        phases,
     ]
     cmd += ["--quick"] if args.quick else []
     cmd += ["--check"] if check else []
@@ -190,19 +211,93 @@ def _summary(r: dict[str, Any]) -> str:
     return text
 
 
+def _approx_bytes(workload: Workload) -> int:
+    """Raw bytes of a workload, counting 10 per string: enough to extrapolate write times."""
+    per_record = sum(10 if f.kind == "str" else f.nbytes for f in workload.fields)
+    return workload.n * per_record
+
+
+def _skip_reason(previous: dict[str, Any] | None, workload: Workload, limit_s: float) -> str:
+    """Why a scaling point is not run ('' if it is), judging from the format's previous one."""
+    if previous is None:
+        return ""
+    if previous["status"] != "ok":
+        return f"failed at {previous['workload']}"
+    expected = previous["write_s"] * _approx_bytes(workload) / previous["approx_bytes"]
+    if expected > limit_s:
+        return (
+            f"writing would take ~{expected:,.0f} s (limit {limit_s:.0f} s; "
+            f"{previous['workload']} took {previous['write_s']:.1f} s)"
+        )
+    return ""
+
+
+def run_scaling(
+    args: argparse.Namespace, adapters: list[str], library: Path | None
+) -> dict[str, Any]:
+    """Every adapter at every scaling point, smallest first, one run each."""
+    counts = QUICK_SCALING_COUNTS if args.quick else SCALING_COUNTS
+    sizes = QUICK_SCALING_SIZES if args.quick else SCALING_SIZES
+    limit_s = QUICK_SCALING_WRITE_LIMIT_S if args.quick else SCALING_WRITE_LIMIT_S
+    out: dict[str, Any] = {
+        "counts": list(counts),
+        "sizes": list(sizes),
+        "write_limit_s": limit_s,
+        "records": {},
+        "sizes_results": {},
+    }
+    for key, points, prefix, phases in (
+        ("records", counts, "S", "open_get"),
+        ("sizes_results", sizes, "B", "write"),
+    ):
+        for adapter in adapters:
+            row: dict[str, Any] = {}
+            out[key][adapter] = row
+            previous: dict[str, Any] | None = None
+            for point in points:
+                wname = f"{prefix}{point}"
+                workload = get_workload(wname, args.quick)
+                reason = _skip_reason(previous, workload, limit_s)
+                if reason:
+                    result = {"adapter": adapter, "workload": wname, "status": "skipped"}
+                    result["reason"] = reason
+                else:
+                    result = run_one(args, adapter, wname, False, library, phases)
+                    result["approx_bytes"] = _approx_bytes(workload)
+                row[str(point)] = result
+                print(f"scaling {wname:10} {adapter:22} {_scaling_summary(result)}", flush=True)
+                if result["status"] == "unavailable":
+                    break
+                if result["status"] != "skipped":
+                    previous = result
+    return out
+
+
+def _scaling_summary(r: dict[str, Any]) -> str:
+    if r["status"] != "ok":
+        return f"{r['status']}: {r.get('reason', '')}"
+    text = f"write {r['write_mb_s']:,.1f} MB/s"
+    if "open_ms" in r:
+        text += f", open {r['open_ms']:.3f} ms, get p50 {r['get_p50_us']:.1f} µs"
+    return text + f" ({r['wall_s']:.1f} s)"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.worker:
         return worker_main(args)
-    from .report import machine_facts, markdown
+    from .report import machine_facts, markdown, plot_scaling
 
     if args.render:
-        args.render.with_suffix(".md").write_text(markdown(json.loads(args.render.read_text())))
+        report = json.loads(args.render.read_text())
+        args.render.with_suffix(".md").write_text(markdown(report))
+        if "scaling" in report:
+            plot_scaling(report, args.render.parent)
         return 0
 
     workloads = [w for w in args.workloads.split(",") if w]
     adapters = [a for a in args.adapters.split(",") if a]
-    unknown = [w for w in workloads if w not in WORKLOADS] + [
+    unknown = [w for w in workloads if w not in WORKLOADS and w != SCALING] + [
         a for a in adapters if a not in ADAPTERS
     ]
     if unknown:
@@ -230,8 +325,27 @@ def main(argv: list[str] | None = None) -> int:
         else:
             report["settings"]["library"] = f"src/ at commit {commit}"
     report["settings"].setdefault("library", "installed package (working tree)")
+    results_dir.mkdir(parents=True, exist_ok=True)
+
+    def save() -> None:  # after every workload, so that a long run that dies keeps its results
+        report["loadavg_end"] = os.getloadavg()
+        (results_dir / f"{name}.json").write_text(json.dumps(report, indent=1) + "\n")
+        (results_dir / f"{name}.md").write_text(markdown(report))
+        if "scaling" in report:
+            plot_scaling(report, results_dir)
+
     failed = False
     for wname in workloads:
+        if wname == SCALING:
+            report["scaling"] = run_scaling(args, adapters, library)
+            failed |= any(
+                point["status"] == "error"
+                for adapter in (FLOOR, *OURS)
+                for series in ("records", "sizes_results")
+                for point in report["scaling"][series].get(adapter, {}).values()
+            )
+            save()
+            continue
         workload = get_workload(wname, args.quick)
         runs: dict[str, list[dict[str, Any]]] = {a: [] for a in adapters}
         for k in range(rounds):
@@ -258,12 +372,10 @@ def main(argv: list[str] | None = None) -> int:
             "payload_mb": payload or Data(workload).payload_bytes() / 2**20,
             "results": results,
         }
+        save()
     if library is not None:
         shutil.rmtree(library.parent, ignore_errors=True)
-    report["loadavg_end"] = os.getloadavg()
-    results_dir.mkdir(parents=True, exist_ok=True)
-    (results_dir / f"{name}.json").write_text(json.dumps(report, indent=1) + "\n")
-    (results_dir / f"{name}.md").write_text(markdown(report))
+    save()
     print(f"wrote {results_dir / name}.json and .md")
     if failed:
         print("FAILED: an adapter errored or returned different records", file=sys.stderr)

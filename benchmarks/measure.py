@@ -33,6 +33,13 @@ class Settings:
 FULL = Settings(repeats=2, budget_s=15.0, max_reads=200_000)
 QUICK = Settings(repeats=2, budget_s=1.0, max_reads=2_000)
 
+# Which phases run: every phase for W1-W3; the scaling points need fewer.
+PHASES = {
+    "all": ("write", "open", "get", "get_many", "scan"),
+    "open_get": ("write", "open", "get"),  # scaling by record count
+    "write": ("write",),  # scaling by record size
+}
+
 
 def _status_kb(key: str) -> int | None:
     try:
@@ -146,7 +153,12 @@ def _scan_pass(adapter: Adapter, budget_s: float) -> dict[str, float]:
 
 
 def measure(
-    name: str, workload: Workload, settings: Settings, work_dir: Path, check: bool
+    name: str,
+    workload: Workload,
+    settings: Settings,
+    work_dir: Path,
+    check: bool,
+    phases: str = "all",
 ) -> dict[str, Any]:
     result: dict[str, Any] = {
         "adapter": name,
@@ -166,7 +178,7 @@ def measure(
         result["evalue_store_from"] = str(Path(evs.__file__).parent)
     path = work_dir / f"{name}-{workload.name}-{os.getpid()}"  # other runs may share work_dir
     try:
-        _measure(adapter, workload, settings, path, check, result)
+        _measure(adapter, workload, settings, path, check, PHASES[phases], result)
     except Unavailable as exc:
         return {**result, "status": "unavailable", "reason": str(exc)}
     finally:
@@ -180,6 +192,7 @@ def _measure(
     settings: Settings,
     path: Path,
     check: bool,
+    phases: tuple[str, ...],
     result: dict[str, Any],
 ) -> None:
     n = workload.n
@@ -215,6 +228,9 @@ def _measure(
     )
     del data
     gc.collect()
+    if "open" not in phases:
+        result["loadavg_1m_end"] = os.getloadavg()[0]
+        return
 
     # Read phases, with a fresh peak-RSS window.
     result["rss_before_read_mb"] = rss_mb()
@@ -240,8 +256,25 @@ def _measure(
         get_reads=int(sum(p["count"] for p in gets)),
         get_passes=len(gets),
     )
+    if "get_many" in phases:
+        _measure_batches(adapter, workload, settings, order, result)
+    if "scan" in phases:
+        _measure_scan(adapter, workload, settings, payload, result)
+    result.update(peak_rss_read_mb=peak_rss_mb(), loadavg_1m_end=os.getloadavg()[0])
+    adapter.close()
 
-    size = min(workload.batch_size, n)
+    if check:
+        result["check"] = check_adapter(adapter, workload, path)
+
+
+def _measure_batches(
+    adapter: Adapter,
+    workload: Workload,
+    settings: Settings,
+    order: list[int],
+    result: dict[str, Any],
+) -> None:
+    size = min(workload.batch_size, workload.n)
     batches = [order[j : j + size] for j in range(0, len(order) - size + 1, size)]
     many = _passes(settings, lambda budget: _latency_pass(adapter.get_many, batches, size, budget))
     result.update(
@@ -252,6 +285,11 @@ def _measure(
         batch_reads=int(sum(p["count"] for p in many)),
     )
 
+
+def _measure_scan(
+    adapter: Adapter, workload: Workload, settings: Settings, payload: int, result: dict[str, Any]
+) -> None:
+    n = workload.n
     scans = _passes(settings, lambda budget: _scan_pass(adapter, budget))
     scan_rec_s = _median([p["rec_s"] for p in scans])
     result.update(
@@ -259,13 +297,7 @@ def _measure(
         scan_mb_s=scan_rec_s * payload / n / 2**20,
         scan_records=int(sum(p["count"] for p in scans)),
         scan_complete=all(int(p["count"]) == n for p in scans),
-        peak_rss_read_mb=peak_rss_mb(),
-        loadavg_1m_end=os.getloadavg()[0],
     )
-    adapter.close()
-
-    if check:
-        result["check"] = check_adapter(adapter, workload, path)
 
 
 def check_adapter(adapter: Adapter, workload: Workload, path: Path) -> str:

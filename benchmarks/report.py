@@ -21,6 +21,8 @@ PACKAGES = (
     "array-record",
     "datasets",
     "pyarrow",
+    "webdataset",
+    "safetensors",
     "psutil",
     "torch",
 )
@@ -228,4 +230,88 @@ def markdown(report: dict[str, Any]) -> str:
     ]
     for section in report["workloads"].values():
         lines.append(workload_markdown(section))
+    if "scaling" in report:
+        lines.append(scaling_markdown(report["scaling"], report["name"]))
     return "\n".join(lines)
+
+
+# (series, result key, title, PNG suffix): the scaling curves
+CURVES = (
+    ("records", "open_ms", "open ms", "open"),
+    ("records", "get_p50_us", "random get p50 µs", "get"),
+    ("sizes_results", "write_mb_s", "write MB/s", "write"),
+)
+
+
+def _png(name: str, suffix: str) -> str:
+    return f"{name}_scaling_{suffix}.png"
+
+
+def scaling_markdown(scaling: dict[str, Any], name: str) -> str:
+    lines = [
+        "## Scaling",
+        "",
+        "Open and random get by record count (records of [int64[4], float32[2], int, str]); "
+        "write MB/s by record size (records of one uint8 tensor; "
+        f"{', '.join(f'{s:,} B' for s in scaling['sizes'])}). One run per point: open is the "
+        "median of repeated opens, get the median over random reads. A point is skipped when "
+        f"writing it would take over {scaling['write_limit_s']:.0f} s, extrapolated from the "
+        "format's previous point.",
+        "",
+    ]
+    notes: dict[str, str] = {}
+    for series, key, title, suffix in CURVES:
+        table = scaling[series]
+        points = scaling["counts" if series == "records" else "sizes"]
+        label = "records" if series == "records" else "record bytes"
+        adapters = list(table)
+        lines += [f"### {title} by {label}", ""]
+        lines.append(f"| {label} | " + " | ".join(adapters) + " |")
+        lines.append("|" + "---|" * (len(adapters) + 1))
+        for point in points:
+            cells = [f"{point:,}"]
+            for adapter in adapters:
+                r = table[adapter].get(str(point))
+                if r is None:
+                    cells.append("")
+                elif r["status"] == "ok":
+                    cells.append(_fmt(r[key]))
+                else:
+                    cells.append(r["status"])
+                    notes[f"{adapter} {r['workload']}"] = f"{r['status']}: {r.get('reason', '')}"
+            lines.append("| " + " | ".join(cells) + " |")
+        lines += ["", f"![{title}]({_png(name, suffix)})", ""]
+    if notes:
+        lines += ["Points not measured:", ""]
+        lines += [f"- {where}: {why}" for where, why in notes.items()]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def plot_scaling(report: dict[str, Any], results_dir: Path) -> None:
+    """One PNG per scaling curve, beside the results (skipped without matplotlib)."""
+    try:
+        import matplotlib
+    except ImportError:
+        print("matplotlib is not installed (bench extra): no scaling plots")
+        return
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    scaling = report["scaling"]
+    for series, key, title, suffix in CURVES:
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for adapter, row in scaling[series].items():
+            ok = [(int(p), r[key]) for p, r in row.items() if r["status"] == "ok" and key in r]
+            if ok:
+                style = "o-" if adapter in OURS or adapter == FLOOR else "o--"
+                ax.plot(*zip(*ok), style, label=adapter, linewidth=2 if adapter in OURS else 1)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("records" if series == "records" else "record size (bytes)")
+        ax.set_ylabel(title)
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=7, ncol=2)
+        fig.tight_layout()
+        fig.savefig(results_dir / _png(report["name"], suffix), dpi=100)
+        plt.close(fig)

@@ -89,7 +89,55 @@ QUICK: dict[str, Workload] = {
 }
 
 
+# Scaling (issue 7): how open and random get grow with the record count (W1-shaped records,
+# small so that 10M fit on disk), and how write throughput grows with the record size.
+SCALING_COUNTS = (10_000, 100_000, 1_000_000, 10_000_000)
+SCALING_SIZES = (100, 10_000, 1 << 20, 64 << 20)  # bytes per record
+QUICK_SCALING_COUNTS = (1_000, 10_000)
+QUICK_SCALING_SIZES = (100, 100_000)
+SIZE_BYTES = 256 << 20  # records written per size: this many bytes' worth...
+SIZE_RECORDS = (4, 200_000)  # ...but at least 4 and at most 200k records
+QUICK_SIZE_BYTES = 4 << 20
+QUICK_SIZE_RECORDS = (4, 2_000)
+
+
+def scaling_workload(n: int) -> Workload:
+    """``S<n>``: n records of [int64[4] tokens, float32[2] features, int label, str id]."""
+    return Workload(
+        name=f"S{n}",
+        description="[int64[4] tokens, float32[2] features, int label, str id]",
+        fields=(
+            Field("tokens", "tensor", "int64", (4,)),
+            Field("features", "tensor", "float32", (2,)),
+            Field("label", "int"),
+            Field("id", "str"),
+        ),
+        n=n,
+        seed=4,
+    )
+
+
+def size_workload(size: int, quick: bool) -> Workload:
+    """``B<size>``: records of one uint8 tensor of ``size`` bytes, a fixed total volume."""
+    total, (low, high) = (
+        (QUICK_SIZE_BYTES, QUICK_SIZE_RECORDS) if quick else (SIZE_BYTES, SIZE_RECORDS)
+    )
+    return Workload(
+        name=f"B{size}",
+        description=f"[uint8[{size}]]",
+        fields=(Field("blob", "tensor", "uint8", (size,)),),
+        n=min(max(total // size, low), high),
+        seed=5,
+        batch_size=min(64, max(2, (16 << 20) // size)),
+    )
+
+
 def get_workload(name: str, quick: bool) -> Workload:
+    """W1, W2, W3 (shrunk with ``quick``), or a scaling point: ``S<records>``, ``B<bytes>``."""
+    if name[:1] == "S" and name[1:].isdigit():
+        return scaling_workload(int(name[1:]))
+    if name[:1] == "B" and name[1:].isdigit():
+        return size_workload(int(name[1:]), quick)
     return QUICK[name] if quick else WORKLOADS[name]
 
 

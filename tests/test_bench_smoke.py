@@ -6,9 +6,13 @@ Only the --quick smoke runs in the test suite; real benchmarks never do.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
+
+from benchmarks.harness import _skip_reason
+from benchmarks.workloads import get_workload
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -23,6 +27,8 @@ def test_quick_benchmark_round_trips_the_same_records(tmp_path):
             "--check",
             "--adapters",
             adapters,
+            "--workloads",
+            "W1,W2,W3",
             "--library",
             "worktree",
             "--results-dir",
@@ -36,3 +42,46 @@ def test_quick_benchmark_round_trips_the_same_records(tmp_path):
     report = (tmp_path / "quick.md").read_text()
     for name in adapters.split(","):
         assert f"| {name} |" in report, name
+
+
+def test_quick_scaling_reports_every_point(tmp_path):
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "run.py"),
+            "--quick",
+            "--adapters",
+            "floor,evalue_store",
+            "--workloads",
+            "scaling",
+            "--library",
+            "worktree",
+            "--results-dir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads((tmp_path / "quick.json").read_text())["scaling"]
+    for series, key in (("records", "get_p50_us"), ("sizes_results", "write_mb_s")):
+        for adapter in ("floor", "evalue_store"):
+            points = report[series][adapter]
+            assert len(points) == 2, (series, adapter, points)
+            assert all(p["status"] == "ok" and p[key] > 0 for p in points.values()), points
+    markdown = (tmp_path / "quick.md").read_text()
+    assert "### open ms by records" in markdown
+    assert "### write MB/s by record bytes" in markdown
+
+
+def test_scaling_skips_a_point_whose_write_would_exceed_the_limit():
+    small, big = get_workload("S1000", True), get_workload("S100000", True)
+    record_bytes = 32 + 8 + 8 + 10  # int64[4], float32[2], int, a string counted as 10
+    previous = {"status": "ok", "workload": "S1000", "write_s": 1.0}
+    previous["approx_bytes"] = 1000 * record_bytes
+    assert _skip_reason(previous, big, limit_s=50.0).startswith("writing would take ~100 s")
+    assert _skip_reason(previous, big, limit_s=150.0) == ""
+    assert _skip_reason(None, small, limit_s=1.0) == ""
+    failed = {"status": "error", "workload": "S1000"}
+    assert _skip_reason(failed, big, limit_s=1e9) == "failed at S1000"
