@@ -49,20 +49,16 @@ BIG_PART = 1 << 16  # tensor data at least this large is written from the caller
 
 class _Builder:
     """Accumulates one record frame: small pieces are copied into ``cur``, big tensors are
-    kept as references so that they are written without an extra copy."""
+    kept as references so that they are written without an extra copy. The frame header
+    is not in the pieces; ``base`` counts it, and the bytes of ``chunks``."""
 
     __slots__ = ("chunks", "cur", "base", "alignment")
 
-    def __init__(self, alignment: int):
-        self.chunks: list[Any] = []
-        self.cur = bytearray(FRAME_SIZE)  # the frame header, filled in at the end
-        self.base = 0  # bytes in ``chunks``
+    def __init__(self, alignment: int, chunks: list[Any], cur: bytearray, base: int):
+        self.chunks = chunks
+        self.cur = cur
+        self.base = base
         self.alignment = alignment
-
-    @property
-    def pos(self) -> int:
-        """Bytes so far, counted from the frame start."""
-        return self.base + len(self.cur)
 
     def pad(self) -> None:
         self.cur += _ZEROS[: -(self.base + len(self.cur)) & (self.alignment - 1)]
@@ -78,6 +74,7 @@ class _Builder:
 
 
 _DIMS = [struct.Struct(f"<{rank}Q") for rank in range(MAX_RANK + 1)]
+_TENSOR_HEADS = [struct.Struct(f"<BBBB{rank}Q") for rank in range(MAX_RANK + 1)]  # + dims
 _ZEROS = memoryview(bytes(1 << 16))  # padding source: alignment is at most 65536
 
 
@@ -164,24 +161,49 @@ def encode_record(values: Sequence[Any], alignment: int) -> tuple[list[Any], int
     padding up to the next multiple of ``alignment``; big tensor data chunks are views of
     the caller's arrays, not copies.
     """
-    if isinstance(values, (str, bytes, np.ndarray)) or not hasattr(values, "__len__"):
+    if type(values) is not list and (
+        isinstance(values, (str, bytes, np.ndarray)) or not hasattr(values, "__len__")
+    ):
         raise EncodeError(f"a record is a list of values, not {type(values).__name__}")
     if len(values) > MAX_VALUES:
         raise EncodeError(f"a record holds at most {MAX_VALUES} values")
-    out = _Builder(alignment)
-    out.cur += _U32.pack(len(values))
+    chunks: list[Any] = []  # pieces before ``cur``: only when a big tensor was added
+    cur = bytearray(_U32.pack(len(values)))
+    base = FRAME_SIZE  # frame bytes before ``cur``
+    mask = alignment - 1
     for value in values:
-        _encode_value(out, value)
-    length = out.pos - FRAME_SIZE
-    chunks = out.chunks
-    chunks.append(out.cur)
-    first = chunks[0]
-    with memoryview(first) as view:
-        crc = zlib.crc32(view[FRAME_SIZE:])
-    for chunk in chunks[1:]:
+        # The common values inline, exactly as _encode_value encodes them; the rest through it.
+        cls = type(value)
+        if (
+            cls is np.ndarray
+            and value.nbytes < BIG_PART
+            and value.flags.c_contiguous
+            and value.dtype.byteorder != ">"
+        ):
+            rank = value.ndim
+            cur += _TENSOR_HEADS[rank].pack(1, dtype_code(value.dtype), rank, 0, *value.shape)
+            cur += _ZEROS[: -(base + len(cur)) & mask]
+            cur.extend(value)
+        elif cls is int and INT64_MIN <= value <= INT64_MAX:
+            cur += _TAG_I64.pack(4, value)
+        elif cls is str and value.isascii():  # ASCII always encodes
+            data = value.encode()
+            cur += _STRING_HEAD.pack(2, STRING_UTF8, len(data))
+            cur += data
+        elif cls is float:
+            cur += _TAG_F64.pack(3, value)
+        else:
+            out = _Builder(alignment, chunks, cur, base)
+            _encode_value(out, value)
+            cur, base = out.cur, out.base  # a big tensor starts a new piece
+    length = base + len(cur) - FRAME_SIZE
+    crc = 0
+    for chunk in chunks:
         crc = zlib.crc32(chunk, crc)
-    FRAME.pack_into(first, 0, FRAME_MAGIC, crc, length)
-    out.pad()  # trailing padding, so the next block starts aligned
+    crc = zlib.crc32(cur, crc)
+    cur += _ZEROS[: -(FRAME_SIZE + length) & mask]  # so the next block starts aligned
+    chunks.append(cur)
+    chunks[0][:0] = FRAME.pack(FRAME_MAGIC, crc, length)
     return chunks, length, crc
 
 

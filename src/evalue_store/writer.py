@@ -11,7 +11,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-import numpy as np
 import zstandard
 
 from . import __version__
@@ -409,13 +408,16 @@ class Writer:
         """Append one record (a list of values); returns its index. Visible after commit()."""
         self._check_open()
         chunks, length, crc = encode_record(record, self.alignment)
-        offset = self._align()  # after a footer the file end may be unaligned
-        self._sink.begin_block(FRAME_SIZE + length)
+        sink = self._sink
+        offset = sink.pos
+        if offset & (self.alignment - 1):  # after a footer the file end may be unaligned
+            offset = self._align()
+        sink.begin_block(FRAME_SIZE + length)
         for chunk in chunks:
-            self._sink.write(chunk, chunk.nbytes if isinstance(chunk, np.ndarray) else len(chunk))
-        index = len(self)
-        self._pending += ENTRY.pack(offset, length, crc, 0)
-        return index
+            sink.write(chunk, len(chunk))  # bytearrays and 1-D uint8 arrays
+        pending = self._pending
+        pending += ENTRY.pack(offset, length, crc, 0)
+        return self._commit.record_count + len(pending) // ENTRY_SIZE - 1
 
     def extend(self, records: Iterable[Sequence[Any]]) -> None:
         """Append every record of an iterable."""
