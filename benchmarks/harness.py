@@ -83,6 +83,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         metavar="JSON",
         help="only rewrite the markdown report of an existing results file",
     )
+    p.add_argument(
+        "--readme",
+        type=Path,
+        metavar="JSON",
+        help="only print the README's table for each workload of an existing results file",
+    )
     p.add_argument("--worker", help=argparse.SUPPRESS)  # adapter name, in the subprocess
     p.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     p.add_argument("--phases", default="all", help=argparse.SUPPRESS)
@@ -288,6 +294,13 @@ def main(argv: list[str] | None = None) -> int:
         return worker_main(args)
     from .report import machine_facts, markdown, plot_scaling
 
+    if args.readme:
+        from .report import readme_table
+
+        report = json.loads(args.readme.read_text())
+        for wname in report["workloads"]:
+            print(f"{wname}:\n\n{readme_table(report, wname)}\n")
+        return 0
     if args.render:
         report = json.loads(args.render.read_text())
         args.render.with_suffix(".md").write_text(markdown(report))

@@ -315,3 +315,53 @@ def plot_scaling(report: dict[str, Any], results_dir: Path) -> None:
         fig.tight_layout()
         fig.savefig(results_dir / _png(report["name"], suffix), dpi=100)
         plt.close(fig)
+
+
+# Display names for the README table, in its row order.
+README_NAMES = {
+    "floor": "numpy memmap floor (hand-written)",
+    "evalue_store": "**evalue_store**",
+    "evalue_store_noverify": "**evalue_store** `verify=False`",
+    "evalue_store_zstd": "**evalue_store** zstd",
+    "lmdb_raw": "LMDB, raw bytes",
+    "lmdb_pickle": "LMDB + pickle",
+    "array_record": "ArrayRecord",
+    "array_record_zstd": "ArrayRecord zstd (group_size:1)",
+    "mds": "MosaicML MDS",
+    "mds_zstd": "MosaicML MDS zstd",
+    "hf_datasets": "HF datasets (Arrow)",
+    "safetensors": "safetensors (one file)",
+    "webdataset": "webdataset (tar shards + wids)",
+    "npz": "one .npz per record",
+}
+
+
+def readme_table(report: dict[str, Any], workload: str) -> str:
+    """The README's table for one workload, straight from a results file (``--readme``)."""
+    section = report["workloads"][workload]
+    rows = {r["adapter"]: r for r in section["results"] if r.get("status") == "ok"}
+    payload = section["payload_mb"]
+    lines = [
+        "| format | write rec/s | size | open ms | get µs | get_many µs/rec | scan rec/s "
+        "| zero-copy |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for adapter, label in README_NAMES.items():
+        r = rows.get(adapter)
+        if r is None:
+            continue
+        zero_copy = "yes" if r["zero_copy"] else "no"
+        if adapter == "evalue_store_zstd":
+            zero_copy = "views of frames"
+        cells = [
+            label,
+            _fmt(r["write_rec_s"]),
+            f"{r['file_mb'] / payload:.2f}x",
+            _fmt(r["open_ms"]),
+            _fmt(r["get_p50_us"]),
+            _fmt(r["batch_us_per_rec"]),
+            _fmt(r["scan_rec_s"]),
+            zero_copy,
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
