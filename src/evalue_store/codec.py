@@ -329,16 +329,23 @@ class _Reader:
         if data > end or nbytes > end - data:
             raise FormatError(f"tensor data ({nbytes} bytes) runs past the record", data)
         self.pos = data + nbytes
-        if order:
-            strides = _tensor_strides(shape, order, dtype.itemsize)
-            array = np.ndarray(shape, dtype, buffer=buf, offset=data, strides=strides)
-        elif rank == 1:
+        if rank == 1 and not order:
             array = np.frombuffer(buf, dtype, shape[0], data)  # the common case, and cheapest
         else:
-            array = np.ndarray(shape, dtype, buffer=buf, offset=data)
+            strides = _tensor_strides(shape, order, dtype.itemsize) if order else None
+            array = np.ndarray(shape, dtype, buffer=_region(buf, data, nbytes), strides=strides)
         if code == 11 and nbytes and array.view(np.uint8).max() > 1:
             raise FormatError("bool tensor holds a byte other than 0 or 1", data)
         return array
+
+
+def _region(buf: Any, offset: int, n: int) -> np.ndarray:
+    """``buf[offset:offset + n]`` as uint8, for np.ndarray(buffer=...) to view.
+
+    np.frombuffer keeps a memoryview of ``buf``, so a mapping cannot be closed while a view
+    of it lives; np.ndarray(buffer=buf) keeps only ``buf`` itself, which close() unmaps.
+    """
+    return np.frombuffer(buf, np.uint8, n, offset)
 
 
 def decode_payload(buf: Any, frame: int, length: int, alignment: int) -> list:
@@ -391,9 +398,8 @@ class Layout:
                 if shape is None:
                     values.append(np.frombuffer(buf, a, count, frame + c))
                 else:
-                    values.append(
-                        np.ndarray(shape, a, buffer=buf, offset=frame + c, strides=strides)
-                    )
+                    region = _region(buf, frame + c, count * a.itemsize)
+                    values.append(np.ndarray(shape, a, buffer=region, strides=strides))
             elif kind == _SCALAR:
                 values.append(fields[a])
             elif kind == _TEXT:
