@@ -370,21 +370,40 @@ def decode_payload(buf: Any, frame: int, length: int, alignment: int) -> list:
 # Most datasets repeat one record structure (same kinds, dtypes, shapes, string lengths).
 # A Layout captures that structure as one struct format covering the whole frame, so a
 # record is checked and unpacked by a single C call instead of a Python walk per value.
+# Records of one structure that a writer appended one after another sit at a fixed stride,
+# so a run of them is also checked and decoded column by column with numpy (decode_run).
 # A record whose structural fields differ from the layout's is decoded by decode_payload.
 
 _NONE, _TENSOR, _TEXT, _BYTES, _SCALAR, _BOOL = range(6)
 
 
 class Layout:
-    """The decoder for one record structure; built by ``compile_layout``."""
+    """The decoder for one record structure; built by ``compile_layout``.
 
-    __slots__ = ("unpack", "structure", "expected", "builders")
+    ``builders`` holds one (kind, field index, byte offset in the frame, detail) per value.
+    ``check_at`` are the frame offsets of the structural bytes (everything but the
+    checksum, scalar values, string contents and tensor data), ``check_bytes`` their values.
+    """
 
-    def __init__(self, fmt: str, structural: list[int], expected: tuple, builders: list):
-        self.unpack = struct.Struct(fmt).unpack_from
+    __slots__ = ("unpack", "structure", "expected", "builders", "size", "check_at", "check_bytes")
+
+    def __init__(
+        self,
+        fmt: str,
+        structural: list[int],
+        expected: tuple,
+        builders: list,
+        check_at: list[int],
+        check_bytes: np.ndarray,
+    ):
+        layout = struct.Struct(fmt)
+        self.unpack = layout.unpack_from
+        self.size = layout.size  # the whole frame
         self.structure = operator.itemgetter(*structural)
         self.expected = expected
         self.builders = builders
+        self.check_at = np.array(check_at, np.intp)
+        self.check_bytes = check_bytes
 
     def decode(self, buf: Any, frame: int, crc: int) -> list | None:
         """The record's values, or None when this record does not have this layout."""
@@ -392,30 +411,84 @@ class Layout:
         if fields[1] != crc or self.structure(fields) != self.expected:
             return None
         values = []
-        for kind, a, b, c in self.builders:
-            if kind == _TENSOR:  # a: dtype, b: (count, shape, strides), c: data offset
-                count, shape, strides = b
-                if shape is None:
-                    values.append(np.frombuffer(buf, a, count, frame + c))
+        for kind, index, at, detail in self.builders:
+            if kind == _TENSOR:  # detail: dtype, shape, strides, nbytes, plain (rank 1, C order)
+                dtype, shape, strides, nbytes, plain = detail
+                if plain:
+                    values.append(np.frombuffer(buf, dtype, shape[0], frame + at))
                 else:
-                    region = _region(buf, frame + c, count * a.itemsize)
-                    values.append(np.ndarray(shape, a, buffer=region, strides=strides))
+                    region = _region(buf, frame + at, nbytes)
+                    values.append(np.ndarray(shape, dtype, buffer=region, strides=strides))
             elif kind == _SCALAR:
-                values.append(fields[a])
+                values.append(fields[index])
             elif kind == _TEXT:
                 try:
-                    values.append(fields[a].decode("utf-8"))
+                    values.append(fields[index].decode("utf-8"))
                 except UnicodeDecodeError:
                     return None  # the generic decoder reports it with its offset
             elif kind == _BYTES:
-                values.append(fields[a])
+                values.append(fields[index])
             elif kind == _BOOL:
-                if fields[a] > 1:
+                if fields[index] > 1:
                     return None
-                values.append(fields[a] == 1)
+                values.append(fields[index] == 1)
             else:
                 values.append(None)
         return values
+
+    def decode_run(
+        self, buf: Any, start: int, stride: int, count: int, crcs: np.ndarray
+    ) -> list[list | None]:
+        """The values of the ``count`` records whose frames start at ``start + k * stride``.
+
+        The frames must lie inside ``buf``. ``crcs`` are the checksums the index gives them.
+        A record that does not have this layout, or whose frame header disagrees with its
+        checksum, is None in the result: the generic decoder reads or rejects it.
+        """
+
+        region = _region(buf, start, (count - 1) * stride + self.size)
+
+        def column(dtype: Any, at: int, shape: tuple = (), strides: tuple = ()) -> np.ndarray:
+            return np.ndarray(
+                (count, *shape), dtype, buffer=region, offset=at, strides=(stride, *strides)
+            )
+
+        frames = column(np.uint8, 0, (self.size,), (1,))
+        good = (frames[:, self.check_at] == self.check_bytes).all(axis=1)
+        good &= column("<u4", 4) == crcs
+        columns: list[list] = []
+        for kind, _, at, detail in self.builders:
+            if kind == _TENSOR:
+                dtype, shape, strides, _, _ = detail
+                run = column(dtype, at, shape, strides)
+                columns.append(list(run) if shape else [run[k, ...] for k in range(count)])
+            elif kind == _SCALAR:
+                columns.append(column(detail, at).tolist())
+            elif kind in (_TEXT, _BYTES):
+                raw = column(f"V{detail}", at).tolist()
+                if kind == _TEXT:
+                    raw = [_utf8_or_none(data) for data in raw]
+                    good &= np.array([text is not None for text in raw], bool)
+                columns.append(raw)
+            elif kind == _BOOL:
+                byte = column(np.uint8, at)
+                good &= byte <= 1
+                columns.append((byte == 1).tolist())
+            else:
+                columns.append([None] * count)
+        records: list[list | None] = (
+            [list(values) for values in zip(*columns)] if columns else [[] for _ in range(count)]
+        )
+        for k in np.flatnonzero(~good).tolist():
+            records[k] = None
+        return records
+
+
+def _utf8_or_none(data: bytes) -> str | None:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
 
 
 def compile_layout(buf: Any, frame: int, length: int, alignment: int) -> Layout | None:
@@ -425,6 +498,7 @@ def compile_layout(buf: Any, frame: int, length: int, alignment: int) -> Layout 
     """
     fmt = ["<4sIQI"]  # frame magic, crc, length; value count
     structural, expected, builders = [0, 2, 3], [FRAME_MAGIC, length], []
+    check_at = [*range(0, 4), *range(8, 20)]  # all of the frame header but its crc; the count
     n_fields = 4
     pos = frame + FRAME_SIZE
     count = _U32.unpack_from(buf, pos)[0]
@@ -433,10 +507,12 @@ def compile_layout(buf: Any, frame: int, length: int, alignment: int) -> Layout 
 
     def field(code: str, value: Any = None, is_structure: bool = True) -> int:
         nonlocal n_fields
-        fmt.append(code)
         if is_structure:
+            at = struct.calcsize("".join(fmt))
+            check_at.extend(range(at, at + struct.calcsize("<" + code)))
             structural.append(n_fields)
             expected.append(value)
+        fmt.append(code)
         n_fields += 1
         return n_fields - 1
 
@@ -467,26 +543,33 @@ def compile_layout(buf: Any, frame: int, length: int, alignment: int) -> Layout 
             fmt.append(f"{data - pos + nbytes}x")
             pos = data + nbytes
             strides = _tensor_strides(shape, order, dtype.itemsize) if order else None
-            plain = rank == 1 and not order
-            detail = (nbytes // dtype.itemsize, None if plain else shape, strides)
-            builders.append((_TENSOR, dtype, detail, data - frame))
+            sample = np.ndarray(shape, dtype, buffer=buf, offset=data, strides=strides)
+            detail = (dtype, shape, sample.strides, nbytes, rank == 1 and not order)
+            builders.append((_TENSOR, 0, data - frame, detail))
         elif tag in (3, 4):
-            builders.append((_SCALAR, field("d" if tag == 3 else "q", None, False), 0, 0))
+            at = struct.calcsize("".join(fmt))
+            index = field("d" if tag == 3 else "q", None, False)
+            builders.append((_SCALAR, index, at, "<f8" if tag == 3 else "<i8"))
             pos += 8
         elif tag == 2:
             subtype, size = struct.unpack_from("<BQ", buf, pos)
             field("B", subtype)
             field("Q", size)
             kind = _TEXT if subtype == STRING_UTF8 else _BYTES
-            builders.append((kind, field(f"{size}s", None, False), 0, 0))
+            at = struct.calcsize("".join(fmt))
+            builders.append((kind, field(f"{size}s", None, False), at, size))
             pos += 9 + size
         elif tag == 5:
-            builders.append((_BOOL, field("B", None, False), 0, 0))
+            at = struct.calcsize("".join(fmt))
+            builders.append((_BOOL, field("B", None, False), at, None))
             pos += 1
         elif tag == 0:
-            builders.append((_NONE, 0, 0, 0))
+            builders.append((_NONE, 0, 0, None))
         else:
             return None
     if pos != frame + FRAME_SIZE + length:
         return None
-    return Layout("".join(fmt), structural, tuple(expected), builders)
+    frame_bytes = np.frombuffer(bytes(buf[frame:pos]), np.uint8)
+    return Layout(
+        "".join(fmt), structural, tuple(expected), builders, check_at, frame_bytes[check_at]
+    )

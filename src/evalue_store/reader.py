@@ -32,6 +32,7 @@ from .frames import DEFAULT_CACHE_BYTES, ZstdSource, is_compressed
 
 Index = Union[int, slice, Sequence[int], np.ndarray]
 MAX_LAYOUTS = 1024  # record structures remembered per reader (bounded: lengths may all differ)
+SCAN_CHUNK = 512  # index entries a scan decodes at a time
 
 
 def aligned_buffer(size: int, alignment: int) -> np.ndarray:
@@ -414,8 +415,64 @@ class Dataset:
 
     def __iter__(self) -> Iterator[list]:
         self._ensure_open()
-        for i in range(self._len):
-            yield self._record(i)
+        if not isinstance(self._source, _MmapSource):
+            for i in range(self._len):
+                yield self._record(i)
+            return
+        first = 0
+        for seg in self._segments:
+            entries = self._segment_array(seg)
+            for lo in range(0, seg.count, SCAN_CHUNK):
+                chunk = entries[lo : lo + SCAN_CHUNK]
+                # Runs: records of one payload length, each frame right after the one before
+                # (as a writer appends them), so their frames are ``step`` bytes apart.
+                lengths, offsets = chunk["length"], chunk["offset"]
+                step = lengths + (FRAME_SIZE + self.header.alignment - 1)
+                step -= step % self.header.alignment
+                joined = (lengths[1:] == lengths[:-1]) & (offsets[1:] == offsets[:-1] + step[:-1])
+                bounds = [0, *(np.flatnonzero(~joined) + 1).tolist(), len(chunk)]
+                for a, b in zip(bounds[:-1], bounds[1:]):
+                    yield from self._scan_run(first + lo + a, chunk[a:b])
+            first += seg.count
+
+    def _scan_run(self, first: int, entries: np.ndarray) -> Iterator[list]:
+        """Records ``first``, ``first + 1``... of a run: the same payload length, and frames
+        laid end to end from the first entry's offset (unless the index is damaged: any
+        record the run decoder cannot vouch for is read by ``_record``, which reports it)."""
+        offset, length, _, _ = entries[0].tolist()
+        count = len(entries)
+        k = 0
+        while k < count and length not in self._layouts:  # how a layout is learned
+            yield self._record(first + k)
+            k += 1
+        if k == count:
+            return
+        layout = self._layouts.get(length)
+        align = self.header.alignment
+        stride = (FRAME_SIZE + length + align - 1) // align * align
+        start = offset + k * stride
+        if (
+            layout is None
+            or entries["reserved"].any()
+            or offset % align
+            or offset < self.header.data_start
+            or start + (count - 1 - k) * stride + FRAME_SIZE + length > self.commit.end
+        ):
+            for j in range(k, count):
+                yield self._record(first + j)
+            return
+        buf = self._source.map
+        crcs = entries["crc"][k:]
+        records = layout.decode_run(buf, start, stride, count - k, crcs)
+        if self._crc_on_read:
+            with memoryview(buf) as view:
+                at = start + FRAME_SIZE
+                for j, crc in enumerate(crcs.tolist()):
+                    if zlib.crc32(view[at : at + length]) != crc:
+                        records[j] = None
+                    at += stride
+        for j, values in enumerate(records, k):
+            yield values if values is not None else self._record(first + j)
 
     # ------------------------------------------------------------------ checking
 
