@@ -265,27 +265,28 @@ class PlainSink:
     def __init__(self, fd: int, pos: int):
         self.fd = fd
         self.pos = pos  # logical end, including the buffer
-        self.buf = bytearray()
+        self.buf = bytearray(self.FLUSH_BYTES)  # allocated once: [0, fill) waits for a write(2)
+        self.fill = 0
 
     def write(self, data: Any, size: int) -> None:
         if size >= self.DIRECT_BYTES:
             self.flush()
             pwrite_all(self.fd, memoryview(data).cast("B"), self.pos)
-            self.pos += size
         else:
-            self.buf += memoryview(data)  # memoryview: ndarray's __radd__ must not run
-            self.pos += size
-            if len(self.buf) >= self.FLUSH_BYTES:
+            if self.fill + size > self.FLUSH_BYTES:
                 self.flush()
+            self.buf[self.fill : self.fill + size] = memoryview(data).cast("B")
+            self.fill += size
+        self.pos += size
 
     def begin_block(self, size: int, granule: int = 0) -> None:
         """Called before each block; only the frame layer cares where blocks start."""
 
     def flush(self) -> None:
-        if self.buf:
+        if self.fill:
             with memoryview(self.buf) as view:
-                pwrite_all(self.fd, view, self.pos - len(self.buf))
-            self.buf.clear()
+                pwrite_all(self.fd, view[: self.fill], self.pos - self.fill)
+            self.fill = 0
 
     def end_commit(self) -> None:
         self.flush()
