@@ -52,19 +52,23 @@ class _MmapSource:
     def __init__(self, fd: int, size: int):
         self.size = size
         self.map = mmap.mmap(fd, size, access=mmap.ACCESS_COPY)
+        # Reads slice this one view: each np.frombuffer / slice of the mmap itself would
+        # first make a memoryview of it (half the cost of a small tensor view).
+        self.view = memoryview(self.map)
 
     def read(self, offset: int, n: int) -> memoryview:
-        return memoryview(self.map)[offset : offset + n]
+        return self.view[offset : offset + n]
 
     def frame(self, offset: int, n: int) -> tuple[Any, int]:
         """(buffer, position) such that buffer[position:position + n] is file[offset:...]."""
-        return self.map, offset
+        return self.view, offset
 
     def rfind(self, needle: bytes, start: int, end: int) -> int:
         return self.map.rfind(needle, start, end)
 
     def close(self) -> None:
         try:
+            self.view.release()  # tensors hold views of their own
             self.map.close()
         except BufferError:
             pass  # views into it are still alive; the mapping goes when the last one does
@@ -461,16 +465,15 @@ class Dataset:
             for j in range(k, count):
                 yield self._record(first + j)
             return
-        buf = self._source.map
+        buf = self._source.view
         crcs = entries["crc"][k:]
         records = layout.decode_run(buf, start, stride, count - k, crcs)
         if self._crc_on_read:
-            with memoryview(buf) as view:
-                at = start + FRAME_SIZE
-                for j, crc in enumerate(crcs.tolist()):
-                    if zlib.crc32(view[at : at + length]) != crc:
-                        records[j] = None
-                    at += stride
+            at = start + FRAME_SIZE
+            for j, crc in enumerate(crcs.tolist()):
+                if zlib.crc32(buf[at : at + length]) != crc:
+                    records[j] = None
+                at += stride
         for j, values in enumerate(records, k):
             yield values if values is not None else self._record(first + j)
 
