@@ -275,7 +275,9 @@ class PlainSink:
         else:
             if self.fill + size > self.FLUSH_BYTES:
                 self.flush()
-            self.buf[self.fill : self.fill + size] = memoryview(data).cast("B")
+            if type(data) is not bytearray:  # records are; anything else is seen as bytes
+                data = memoryview(data).cast("B")
+            self.buf[self.fill : self.fill + size] = data
             self.fill += size
         self.pos += size
 
