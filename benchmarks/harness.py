@@ -32,7 +32,7 @@ WORK = HERE / "work"
 SCALING = "scaling"  # the pseudo-workload name that selects the scaling curves
 # A scaling point is skipped when writing it would take longer than this (extrapolated from
 # the format's previous point), so that slow formats do not hold the run for hours.
-SCALING_WRITE_LIMIT_S = 240.0
+SCALING_WRITE_LIMIT_S = 150.0
 QUICK_SCALING_WRITE_LIMIT_S = 20.0
 
 
