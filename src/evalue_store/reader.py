@@ -378,7 +378,12 @@ class Dataset:
                 if values is not None:
                     return values
             check_frame(bytes(buf[pos : pos + FRAME_SIZE]), offset, self.commit.end, length, crc)
-            values = decode_payload(buf, pos, length, align)
+            try:
+                values = decode_payload(buf, pos, length, align)
+            except FormatError as exc:  # its offsets are positions in buf: make them the file's
+                if exc.offset is not None:
+                    exc.offset += offset - pos
+                raise
         except FormatError as exc:
             raise FormatError(f"record {i}: {exc.reason}", exc.offset, self.path) from None
         self._learn_layout(buf, pos, length)
