@@ -1551,9 +1551,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
             progress(args, total, "merge", "rec") as bar,
         ):
             for ds in datasets:
-                for record in ds:
-                    writer.append(record)
-                    bar.update()
+                copy_raw(ds, writer, bar)
     finally:
         for ds in datasets:
             ds.close()
@@ -1620,9 +1618,15 @@ def copy_records(ds: evs.Dataset, args: argparse.Namespace, what: str, **options
         ) as writer,
         progress(args, len(ds), what, "rec") as bar,
     ):
-        for record in ds:
-            writer.append(record)
-            bar.update()
+        copy_raw(ds, writer, bar)
+
+
+def copy_raw(ds: evs.Dataset, writer: evs.Writer, bar: Any) -> None:
+    """Copy every record's payload bytes as they are (exact, and no decoding); only the
+    padding before tensor data changes when the alignments differ."""
+    for i in range(len(ds)):
+        writer.append_raw(ds.raw(i), ds.alignment)
+        bar.update()
 
 
 def _decompress_args(p: argparse.ArgumentParser) -> None:

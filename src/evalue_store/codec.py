@@ -355,14 +355,58 @@ def decode_payload(buf: Any, frame: int, length: int, alignment: int) -> list:
     bytes left over after the last value.
     """
     start = frame + FRAME_SIZE
-    reader = _Reader(buf, start, start + length, frame, alignment)
-    count = _U32.unpack_from(buf, reader.need(4, "value count"))[0]
+    return _decode(_Reader(buf, start, start + length, frame, alignment))
+
+
+def _decode(reader: _Reader) -> list:
+    start, length = reader.pos, reader.end - reader.pos
+    count = _U32.unpack_from(reader.buf, reader.need(4, "value count"))[0]
     if count > length:
         raise FormatError(f"record claims {count} values in {length} bytes", start)
     values = [reader.value() for _ in range(count)]
     if reader.pos != reader.end:
         raise FormatError(f"{reader.end - reader.pos} bytes left after the last value", reader.pos)
     return values
+
+
+# A payload on its own is decoded as if its frame header sat just before it: padding is
+# counted from the frame start, which is all the reader uses the frame position for.
+
+
+def check_payload(payload: Any, alignment: int) -> None:
+    """Raise FormatError unless ``payload`` is a well-formed record payload (docs/FORMAT.md
+    section 3) for ``alignment``; offsets in the error count from the payload's start."""
+    _decode(_Reader(payload, 0, len(payload), -FRAME_SIZE, alignment))
+
+
+class _SpanReader(_Reader):
+    """A _Reader that notes, for each tensor, where its header ends and its data starts."""
+
+    __slots__ = ("spans",)
+
+    def tensor(self, at: int) -> np.ndarray:
+        array = super().tensor(at)
+        rank, flags = self.buf[at + 2], self.buf[at + 3]
+        header_end = at + 4 + 8 * rank + (rank if flags & TENSOR_DIM_ORDER else 0)
+        self.spans.append((header_end, self.pos - array.nbytes))
+        return array
+
+
+def realign_payload(payload: Any, source_alignment: int, alignment: int) -> bytearray:
+    """``payload`` (encoded for ``source_alignment``) with its tensors re-padded for
+    ``alignment``. Only the zero padding before tensor data changes; every other byte is
+    kept, so what decoding cannot tell apart (an empty list's kind) survives."""
+    reader = _SpanReader(payload, 0, len(payload), -FRAME_SIZE, source_alignment)
+    reader.spans = []
+    _decode(reader)
+    out = bytearray()
+    copied = 0
+    for header_end, data in reader.spans:
+        out += payload[copied:header_end]
+        out += _ZEROS[: -(FRAME_SIZE + len(out)) & (alignment - 1)]
+        copied = data
+    out += payload[copied:]
+    return out
 
 
 # ----------------------------------------------------------------------------- layouts

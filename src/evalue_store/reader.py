@@ -357,13 +357,38 @@ class Dataset:
     def _record(self, i: int) -> list:
         return self._read(i, *self._entry(i))
 
-    def _read(self, i: int, offset: int, length: int, crc: int) -> list:
-        """Record ``i`` given its index entry."""
-        align = self.header.alignment
-        if offset % align or offset < self.header.data_start:
+    def _check_entry(self, i: int, offset: int, length: int) -> None:
+        if offset % self.header.alignment or offset < self.header.data_start:
             raise FormatError(f"record {i} at bad offset {offset}", offset, self.path)
         if length > self.commit.end - offset - FRAME_SIZE:
             raise FormatError(f"record {i} runs past the committed end", offset, self.path)
+
+    def raw(self, index: int) -> memoryview:
+        """Record ``index`` as stored: its payload bytes (docs/FORMAT.md section 3), as a
+        read-only view valid while the dataset is open.
+
+        Checked as a read is: the frame header must match the index entry and, with
+        ``verify``, the checksum the payload. ``Writer.append_raw(ds.raw(i), ds.alignment)``
+        copies a record exactly, which decoding and re-encoding cannot always do.
+        """
+        self._ensure_open()
+        i = self._normalize(int(index))
+        offset, length, crc = self._entry(i)
+        self._check_entry(i, offset, length)
+        buf, pos = self._source.frame(offset, FRAME_SIZE + length)
+        try:
+            check_frame(bytes(buf[pos : pos + FRAME_SIZE]), offset, self.commit.end, length, crc)
+            payload = memoryview(buf).cast("B")[pos + FRAME_SIZE : pos + FRAME_SIZE + length]
+            if self._crc_on_read and zlib.crc32(payload) != crc:
+                raise FormatError("record checksum mismatch", offset)
+        except FormatError as exc:
+            raise FormatError(f"record {i}: {exc.reason}", exc.offset, self.path) from None
+        return payload.toreadonly()
+
+    def _read(self, i: int, offset: int, length: int, crc: int) -> list:
+        """Record ``i`` given its index entry."""
+        align = self.header.alignment
+        self._check_entry(i, offset, length)
         buf, pos = self._source.frame(offset, FRAME_SIZE + length)
         try:
             if self._crc_on_read:

@@ -7,6 +7,7 @@ import mmap
 import os
 import struct
 import time
+import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -14,11 +15,13 @@ from typing import Any
 import zstandard
 
 from . import __version__
-from .codec import decode_payload, encode_record
+from .codec import check_payload, decode_payload, encode_record, realign_payload
 from .container import (
     DEFAULT_ALIGNMENT,
     ENTRY,
     ENTRY_SIZE,
+    FRAME,
+    FRAME_MAGIC,
     FRAME_SIZE,
     MAX_ALIGNMENT,
     MAX_METADATA,
@@ -261,6 +264,11 @@ class _ZstdFile:
         return found, keep, kept
 
 
+def _check_alignment(alignment: int) -> None:
+    if alignment & (alignment - 1) or not MIN_ALIGNMENT <= alignment <= MAX_ALIGNMENT:
+        raise ValueError(f"alignment must be a power of two in [8, 65536], not {alignment}")
+
+
 class Writer:
     """Appends records to a container file; ``commit()`` makes them durable and visible.
 
@@ -291,8 +299,7 @@ class Writer:
     ):
         if mode not in ("w", "x", "a"):
             raise ValueError(f"mode must be 'w', 'x' or 'a', not {mode!r}")
-        if alignment & (alignment - 1) or not MIN_ALIGNMENT <= alignment <= MAX_ALIGNMENT:
-            raise ValueError(f"alignment must be a power of two in [8, 65536], not {alignment}")
+        _check_alignment(alignment)
         if compression not in (None, "zstd"):
             raise ValueError(f"compression must be None or 'zstd', not {compression!r}")
         if not MIN_FRAME_SIZE <= frame_size <= MAX_FRAME_SIZE:
@@ -418,6 +425,34 @@ class Writer:
         pending = self._pending
         pending += ENTRY.pack(offset, length, crc, 0)
         return self._commit.record_count + len(pending) // ENTRY_SIZE - 1
+
+    def append_raw(self, payload: Any, alignment: int | None = None) -> int:
+        """Append a record given as its encoded payload (what ``Dataset.raw`` returns);
+        returns its index. The payload is checked first (FormatError if malformed).
+
+        The bytes are kept as they are, which makes copying records between files exact:
+        decoding and re-encoding cannot tell an empty ListTensor from an empty ListInt.
+        ``alignment`` is the one the payload was encoded for (``Dataset.alignment``), if not
+        this file's; its tensors are then re-padded, all other bytes kept.
+        """
+        self._check_open()
+        payload = memoryview(payload).cast("B")
+        if alignment is None or alignment == self.alignment:
+            check_payload(payload, self.alignment)
+        else:
+            _check_alignment(alignment)
+            payload = memoryview(realign_payload(payload, alignment, self.alignment))
+        length = len(payload)
+        sink = self._sink
+        offset = self._align()
+        sink.begin_block(FRAME_SIZE + length)
+        crc = zlib.crc32(payload)
+        sink.write(FRAME.pack(FRAME_MAGIC, crc, length), FRAME_SIZE)
+        sink.write(payload, length)
+        padding = -(FRAME_SIZE + length) & (self.alignment - 1)
+        sink.write(bytes(padding), padding)  # so that the next block starts aligned
+        self._pending += ENTRY.pack(offset, length, crc, 0)
+        return len(self) - 1
 
     def extend(self, records: Iterable[Sequence[Any]]) -> None:
         """Append every record of an iterable."""
