@@ -22,6 +22,7 @@ from .errors import FormatError
 from .seekable import (
     DEFAULT_MAX_FRAME_SIZE,
     EMPTY_CHECKSUM,
+    MAX_FRAME_DECOMPRESSED_SIZE,
     SeekTable,
     aligned_empty,
     decompress_frame,
@@ -36,6 +37,9 @@ ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 DICT_FRAME_MAGIC = 0x184D2A5D  # skippable frame holding our zstd dictionary (first frame)
 DEFAULT_FRAME_SIZE = 4 << 10  # random reads decompress a frame: smaller is faster
 BIG_FRAME_SIZE = 1 << 20
+# The largest frame_size a Writer takes (frames this big already compress as well as any
+# larger), so the largest frame it makes; readers refuse bigger ones by default.
+MAX_FRAME_SIZE = 64 << 20
 DEFAULT_CACHE_BYTES = 32 << 20
 SMALL_FRAME = 64 << 10  # frames up to this size take the short decompression path
 MAX_DICT_SIZE = 1 << 20
@@ -76,6 +80,26 @@ def _table_from_lists(csizes: list, dsizes: list, checksums: list) -> SeekTable:
     return SeekTable(c, d, np.asarray(checksums, np.uint32), coff, doff, int(coff[-1]), 0)
 
 
+def last_seek_table(data: Any, size: int, max_frame_size: int) -> SeekTable:
+    """The file's last seek table, or if that one is damaged (a torn tail), the last valid
+    earlier one: the previous commit. A last table that is valid but lists a frame over
+    ``max_frame_size`` is an error, not a torn tail to fall back from."""
+    try:
+        return read_seek_table(data, size, max_frame_size=max_frame_size)
+    except FormatError as exc:
+        try:
+            read_seek_table(data, size, max_frame_size=MAX_FRAME_DECOMPRESSED_SIZE)
+        except FormatError:
+            pass
+        else:
+            reason = f"{exc.reason} (open with a larger max_frame_size to read it)"
+            raise FormatError(reason, exc.offset) from None
+    found = find_last_seek_table(data, size, max_frame_size=max_frame_size)
+    if found is None:
+        raise FormatError("compressed file holds no valid seek table", size)
+    return found[0]
+
+
 class ZstdSource:
     """Random access to the logical bytes of a compressed container.
 
@@ -95,13 +119,7 @@ class ZstdSource:
         self.physical_size = size
         self.map = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
         try:
-            try:
-                self.table = read_seek_table(self.map, size, max_frame_size=max_frame_size)
-            except FormatError:
-                found = find_last_seek_table(self.map, size, max_frame_size=max_frame_size)
-                if found is None:
-                    raise FormatError("compressed file holds no valid seek table", size) from None
-                self.table = found[0]
+            self.table = last_seek_table(self.map, size, max_frame_size)
             self.dictionary = read_dictionary(self.map, size)
             dict_data = zstandard.ZstdCompressionDict(self.dictionary) if self.dictionary else None
             try:

@@ -28,7 +28,7 @@ from .container import (
     parse_header,
 )
 from .errors import FormatError
-from .frames import DEFAULT_CACHE_BYTES, ZstdSource, is_compressed
+from .frames import DEFAULT_CACHE_BYTES, MAX_FRAME_SIZE, ZstdSource, is_compressed
 
 Index = Union[int, slice, Sequence[int], np.ndarray]
 MAX_LAYOUTS = 1024  # record structures remembered per reader (bounded: lengths may all differ)
@@ -143,6 +143,8 @@ class Dataset:
         backend: str = "mmap",
         verify: bool = True,
         cache_bytes: int = DEFAULT_CACHE_BYTES,
+        max_frame_size: int = MAX_FRAME_SIZE,
+        max_record_bytes: int | None = None,
     ):
         if backend not in ("mmap", "pread"):
             raise ValueError(f"backend must be 'mmap' or 'pread', not {backend!r}")
@@ -150,6 +152,8 @@ class Dataset:
         self.backend = backend
         self.verify_reads = verify
         self.cache_bytes = cache_bytes
+        self.max_frame_size = max_frame_size
+        self.max_record_bytes = max_record_bytes
         self._source: Any = None
         self._load()
 
@@ -180,7 +184,9 @@ class Dataset:
 
     def _load_compressed(self, fd: int, size: int) -> None:
         try:
-            source = ZstdSource(fd, size, cache_bytes=self.cache_bytes)
+            source = ZstdSource(
+                fd, size, cache_bytes=self.cache_bytes, max_frame_size=self.max_frame_size
+            )
         finally:
             os.close(fd)
         try:
@@ -256,6 +262,8 @@ class Dataset:
             "backend": self.backend,
             "verify": self.verify_reads,
             "cache_bytes": self.cache_bytes,
+            "max_frame_size": self.max_frame_size,
+            "max_record_bytes": self.max_record_bytes,
         }
 
     def __setstate__(self, state: dict) -> None:
@@ -264,6 +272,8 @@ class Dataset:
         self.backend = state["backend"]
         self.verify_reads = state["verify"]
         self.cache_bytes = state["cache_bytes"]
+        self.max_frame_size = state["max_frame_size"]
+        self.max_record_bytes = state["max_record_bytes"]
         self._source = None
         self._closed_by_pickle = True
         self._len = None
@@ -362,6 +372,9 @@ class Dataset:
             raise FormatError(f"record {i} at bad offset {offset}", offset, self.path)
         if length > self.commit.end - offset - FRAME_SIZE:
             raise FormatError(f"record {i} runs past the committed end", offset, self.path)
+        if self.max_record_bytes is not None and length > self.max_record_bytes:
+            reason = f"record {i} is {length} bytes, over max_record_bytes={self.max_record_bytes}"
+            raise FormatError(reason, offset, self.path)
 
     def raw(self, index: int) -> memoryview:
         """Record ``index`` as stored: its payload bytes (docs/FORMAT.md section 3), as a
@@ -610,6 +623,8 @@ def open_dataset(
     backend: str = "mmap",
     verify: bool = True,
     cache_bytes: int = DEFAULT_CACHE_BYTES,
+    max_frame_size: int = MAX_FRAME_SIZE,
+    max_record_bytes: int | None = None,
 ) -> Dataset:
     """Open a container for reading at its last commit.
 
@@ -619,5 +634,18 @@ def open_dataset(
     Compressed files are recognized from their bytes; ``cache_bytes`` bounds the cache of
     decompressed frames. (They are always read through a mapping of the compressed bytes:
     ``backend`` applies to plain files only.)
+
+    Limits for untrusted files: ``max_frame_size`` refuses, at open, a compressed file with a
+    frame that decompresses to more (the default is the largest frame a Writer makes);
+    ``max_record_bytes`` makes reading a bigger record raise FormatError instead of mapping,
+    or for a compressed file decompressing, that much (``verify()`` lists such records as
+    bad records, with that reason).
     """
-    return Dataset(path, backend=backend, verify=verify, cache_bytes=cache_bytes)
+    return Dataset(
+        path,
+        backend=backend,
+        verify=verify,
+        cache_bytes=cache_bytes,
+        max_frame_size=max_frame_size,
+        max_record_bytes=max_record_bytes,
+    )

@@ -43,6 +43,7 @@ from .errors import EncodeError, FormatError, WriterLockedError
 from .frames import (
     DEFAULT_CACHE_BYTES,
     DEFAULT_FRAME_SIZE,
+    MAX_FRAME_SIZE,
     PlainSink,
     ZstdSink,
     ZstdSource,
@@ -53,7 +54,6 @@ from .frames import (
 from .seekable import EMPTY_CHECKSUM, frame_extent
 
 MERGE_FANOUT = 4  # merge the newest index segments when this many share a level
-MAX_FRAME_SIZE = 64 << 20  # frames this big already compress as well as any larger
 MIN_FRAME_SIZE = 256  # below this, per-frame overhead outweighs the record; 1 record per frame
 
 
