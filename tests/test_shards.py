@@ -252,3 +252,18 @@ def test_footer_checksum_is_of_the_footer_bytes_and_covers_compressed_shards(tmp
         *range(10),
         *range(3),
     ]
+
+
+def test_open_options_reach_every_shard_and_survive_pickling(tmp_path):
+    for k, size in enumerate((8, 4096)):
+        with evs.Writer(tmp_path / f"part-{k}.evs", compression="zstd") as w:
+            w.extend([[np.zeros(size, np.uint8)]] * 3)
+    ds = evs.open_shards(tmp_path, max_record_bytes=1024, backend="pread")
+    assert ds[2][0].nbytes == 8
+    copy = pickle.loads(pickle.dumps(ds))
+    for shards in (ds, copy):
+        with pytest.raises(evs.FormatError, match="record 0 is .* over max_record_bytes=1024"):
+            shards[3]
+        assert shards.shard(0).backend == "pread"
+        assert shards.shard(1).max_record_bytes == 1024
+        shards.close()

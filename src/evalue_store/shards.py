@@ -37,6 +37,7 @@ import numpy as np
 
 from .container import encode_footer
 from .errors import FormatError
+from .frames import DEFAULT_CACHE_BYTES, MAX_FRAME_SIZE
 from .reader import Dataset, open_dataset
 from .writer import Writer
 
@@ -390,6 +391,9 @@ class ShardedDataset:
         backend: str = "mmap",
         verify: bool = True,
         max_open: int = 256,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
+        max_frame_size: int = MAX_FRAME_SIZE,
+        max_record_bytes: int | None = None,
     ):
         if max_open < 1:
             raise ValueError("max_open must be at least 1")
@@ -397,6 +401,14 @@ class ShardedDataset:
         self.backend = backend
         self.verify = verify
         self.max_open = max_open
+        # What each shard is opened with (as for evalue_store.open).
+        self.open_options = {
+            "backend": backend,
+            "verify": verify,
+            "cache_bytes": cache_bytes,
+            "max_frame_size": max_frame_size,
+            "max_record_bytes": max_record_bytes,
+        }
         counts = np.array([s.records for s in self.shards], dtype=np.int64)
         self.counts = counts
         self.offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
@@ -419,7 +431,7 @@ class ShardedDataset:
             self._open.move_to_end(k)
             return ds
         info = self.shards[k]
-        ds = open_dataset(info.path, backend=self.backend, verify=self.verify)
+        ds = open_dataset(info.path, **self.open_options)
         try:
             self._check(ds, info)
         except BaseException:
@@ -522,17 +534,17 @@ class ShardedDataset:
                 (os.path.relpath(s.path, base), s.records, s.nbytes, bytes.fromhex(s.footer_sha256))
                 for s in self.shards
             ],
-            "options": (self.backend, self.verify, self.max_open),
+            "max_open": self.max_open,
+            "open_options": self.open_options,
         }
 
     def __setstate__(self, state: dict) -> None:
         base = state["base"]
-        backend, verify, max_open = state["options"]
         shards = [
             ShardInfo(os.path.join(base, name), records, nbytes, digest.hex())
             for name, records, nbytes, digest in state["shards"]
         ]
-        self.__init__(shards, backend=backend, verify=verify, max_open=max_open)
+        self.__init__(shards, max_open=state["max_open"], **state["open_options"])
 
     def __repr__(self) -> str:
         return f"ShardedDataset({len(self.shards)} shards, {self._len} records)"
@@ -545,6 +557,9 @@ def open_shards(
     verify: bool = True,
     validate: bool = False,
     max_open: int = 256,
+    cache_bytes: int = DEFAULT_CACHE_BYTES,
+    max_frame_size: int = MAX_FRAME_SIZE,
+    max_record_bytes: int | None = None,
 ) -> ShardedDataset:
     """Open shards as one dataset. ``source`` is a container file, a manifest (``*.json``),
     a glob (sorted), a directory (its manifest.json, else its ``*.evs`` files by name), or a
@@ -552,10 +567,18 @@ def open_shards(
 
     With manifests, opening reads only the manifests: shards open on first use and are
     checked then. Without, each shard is opened once to count its records. ``validate``
-    checks every shard now instead. ``backend`` and ``verify`` are as for
-    ``evalue_store.open``.
+    checks every shard now instead. ``backend``, ``verify``, ``cache_bytes``,
+    ``max_frame_size`` and ``max_record_bytes`` are as for ``evalue_store.open``.
     """
-    ds = ShardedDataset(resolve_shards(source), backend=backend, verify=verify, max_open=max_open)
+    ds = ShardedDataset(
+        resolve_shards(source),
+        backend=backend,
+        verify=verify,
+        max_open=max_open,
+        cache_bytes=cache_bytes,
+        max_frame_size=max_frame_size,
+        max_record_bytes=max_record_bytes,
+    )
     if validate:
         ds.validate()
     return ds
