@@ -105,6 +105,47 @@ def flip_byte(path, record: int, at: int = 40) -> None:
         f.write(bytes([byte ^ 0x10]))
 
 
+def test_copy_leaves_out_damaged_records_only_when_asked(packed, tmp_path):
+    out, records = packed
+    flip_byte(out, 3)
+    flip_byte(out, 7)
+    assert "next: `evalue-store copy" in run("verify", out, code=1).stdout
+    clean = tmp_path / "clean.evs"
+    error = run("copy", out, "-o", clean, code=1).stderr
+    assert "record 3: record checksum mismatch (--skip-bad leaves such records out)" in error
+    assert not clean.exists(), "a failed copy writes no OUT"
+    text = run("copy", out, "-o", clean, "--skip-bad", code=1).stdout
+    assert "copied 10 records" in text and "left out 2 damaged records:" in text
+    assert "record 7: record checksum mismatch" in text
+    with evs.open(out) as damaged, evs.open(clean) as ds:
+        assert ds.verify().ok and ds.metadata == damaged.metadata
+        kept = [i for i in range(len(records)) if i not in (3, 7)]
+        assert [bytes(ds.raw(j)) for j in range(len(ds))] == [bytes(damaged.raw(i)) for i in kept]
+    report = json.loads(
+        run("copy", out, "-o", clean, "--skip-bad", "--force", "--json", code=1).stdout
+    )
+    assert report["records_copied"] == 10
+    assert [s["index"] for s in report["skipped"]] == [3, 7]
+
+
+def test_copy_keeps_compression_and_dictionary_and_can_realign(packed, tmp_path):
+    out, _ = packed
+    zst, again, wide = tmp_path / "a.evs.zst", tmp_path / "b.evs.zst", tmp_path / "wide.evs"
+    run("compress", out, "-o", zst, "--dictionary", "--dict-samples", "12")
+    assert "copied 12 records" in run("copy", zst, "-o", again).stdout
+    assert evs.read_dictionary(again) == evs.read_dictionary(zst) is not None
+    run("copy", out, "-o", wide, "--alignment", "4096")
+    with evs.open(zst) as a, evs.open(again) as b, evs.open(wide) as c:
+        assert b.compressed and c.alignment == 4096 and c.verify().ok
+        assert [bytes(b.raw(i)) for i in range(12)] == [bytes(a.raw(i)) for i in range(12)]
+        for i in range(12):
+            for x, y in zip(a[i], c[i]):
+                if isinstance(x, np.ndarray):
+                    assert x.tobytes() == y.tobytes() and y.ctypes.data % 4096 == 0
+                else:
+                    assert x == y
+
+
 # ----------------------------------------------------------------------------- help, errors
 
 

@@ -1432,6 +1432,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
             print(f"  {problem}")
         if report.uncommitted_bytes:
             print(f"  next: `{PROG} recover {args.file}`")
+        elif bad:
+            print(f"  next: `{PROG} copy {args.file} -o CLEAN --skip-bad` leaves them out")
     return EXIT_OK if report.ok else EXIT_PROBLEMS
 
 
@@ -1559,6 +1561,81 @@ def cmd_merge(args: argparse.Namespace) -> int:
         f"merged {plural(total, 'record')} from {plural(len(datasets), 'file')} into {args.output}"
     )
     return EXIT_OK
+
+
+def _copy_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", metavar="FILE", help="container to copy")
+    p.add_argument("-o", "--output", required=True, metavar="OUT", help="container to write")
+    p.add_argument(
+        "--skip-bad",
+        action="store_true",
+        help="leave out records that fail their checks (each is listed) instead of stopping",
+    )
+    p.add_argument("--alignment", type=int, metavar="N", help="OUT's alignment (default FILE's)")
+    p.add_argument("--force", action="store_true", help="replace OUT if it exists")
+    _json_flag(p)
+
+
+@command(
+    "copy",
+    "rewrite a container record by record, optionally leaving out damaged records",
+    "evalue-store copy train.evs -o clean.evs --skip-bad",
+    _copy_args,
+    notes="""Records are copied as stored (exact), each checked on the way: its frame, checksum
+and structure. A compressed FILE gives a compressed OUT (with its dictionary). Without
+--skip-bad the first damaged record stops the copy and OUT is not written; with it, the
+records left out are listed and the exit code is 1, since data was lost. Records after a
+left-out one move up by one index.""",
+)
+def cmd_copy(args: argparse.Namespace) -> int:
+    refuse_overwrite(args.output, args.force)
+    skipped: list[tuple[int, str]] = []
+    with open_dataset(args.file) as ds:
+        options: dict[str, Any] = {}
+        if ds.compressed:
+            options = {"compression": "zstd", "dictionary": evs.read_dictionary(args.file)}
+        with (
+            output_writer(
+                args.output,
+                append=False,
+                force=args.force,
+                metadata=ds.metadata,
+                alignment=args.alignment or ds.alignment,
+                **options,
+            ) as writer,
+            progress(args, len(ds), "copy", "rec") as bar,
+        ):
+            for i in range(len(ds)):
+                bar.update()
+                try:
+                    writer.append_raw(ds.raw(i), ds.alignment)
+                except evs.FormatError as exc:
+                    reason = without_index(exc.reason, i)
+                    if not args.skip_bad:
+                        raise CliError(
+                            args.file,
+                            f"record {i}: {reason} (--skip-bad leaves such records out)",
+                            EXIT_PROBLEMS,
+                        ) from None
+                    skipped.append((i, reason))
+        copied = len(ds) - len(skipped)
+    if args.json:
+        out = {
+            "file": args.file,
+            "output": args.output,
+            "records_copied": copied,
+            "skipped": [{"index": i, "reason": r} for i, r in skipped],
+        }
+        print(json.dumps(out, indent=2))
+    else:
+        print(f"copied {plural(copied, 'record')} from {args.file} into {args.output}")
+        if skipped:
+            print(f"left out {plural(len(skipped), 'damaged record')}:")
+            for i, reason in skipped[:50]:
+                print(f"  record {i}: {reason}")
+            if len(skipped) > 50:
+                print(f"  ... and {len(skipped) - 50:,} more (--json lists all)")
+    return EXIT_PROBLEMS if skipped else EXIT_OK
 
 
 def _compress_args(p: argparse.ArgumentParser) -> None:
