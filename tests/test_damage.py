@@ -158,6 +158,60 @@ def test_every_bit_flip_in_checksummed_bytes_is_detected(tmp_path):
     assert tried > 300 and detected == tried
 
 
+@pytest.mark.parametrize("compression", [None, "zstd"])
+def test_verify_notices_a_change_to_any_committed_byte(tmp_path, compression):
+    """Checksums cover the blocks; the padding between them must be zero. So verify (or
+    open) notices a changed byte anywhere up to the last commit, padding included, while
+    reads of the records stay correct when only padding changed."""
+    path = tmp_path / "any.evs"
+    with evs.Writer(path, metadata={"v": 1}) as w:
+        w.extend(record(i) for i in range(3))
+        w.commit()
+        w.set_metadata({"v": 2})  # the first metadata block becomes history
+        w.extend(record(i) for i in range(3, 5))
+    if compression:
+        zst = tmp_path / "any.evs.zst"
+        with evs.open(path) as ds, evs.Writer(zst, compression="zstd", frame_size=256) as w:
+            for i in range(len(ds)):
+                w.append_raw(ds.raw(i))
+        path = zst
+    data = path.read_bytes()
+    step = 1 if compression else 3  # every third byte keeps the plain case quick
+    undetected = []
+    for pos in range(0, len(data), step):
+        damaged = bytearray(data)
+        damaged[pos] ^= 0x41
+        path.write_bytes(damaged)
+        try:
+            with evs.open(path) as ds:
+                if ds.verify().ok:
+                    undetected.append(pos)
+        except evs.FormatError:
+            pass
+    path.write_bytes(data)
+    assert undetected == [], f"{len(undetected)} changed bytes went unnoticed"
+
+
+def test_non_zero_padding_is_named_and_harmless_to_reads(tmp_path):
+    path = tmp_path / "pad.evs"
+    with evs.Writer(path) as w:
+        w.extend([[np.arange(3, dtype=np.int8)]] * 3)  # short payloads: padding after each
+    with evs.open(path) as ds:
+        entry = ds.entries()[1]
+        gap = int(entry["offset"]) + 16 + int(entry["length"])
+    data = bytearray(path.read_bytes())
+    assert data[gap] == 0
+    data[gap] = 7
+    path.write_bytes(bytes(data))
+    with evs.open(path) as ds:
+        assert all(np.array_equal(r[0], np.arange(3)) for r in ds)
+        report = ds.verify()
+        assert report.problems == [
+            f"non-zero bytes in the padding between blocks at 1 places (offsets {gap}): no read "
+            "uses them, but the file was changed there"
+        ]
+
+
 def covered_ranges(ds: Dataset) -> list[tuple[int, int]]:
     """Byte ranges protected by some checksum: header, live records, index, metadata, footers."""
     ranges = [(0, 54 + len(ds.header.writer.encode()))]

@@ -302,6 +302,13 @@ class PlainSink:
     def begin_block(self, size: int, granule: int = 0) -> None:
         """Called before each block; only the frame layer cares where blocks start."""
 
+    def rewind(self, pos: int) -> None:
+        """Forget what was written from logical offset ``pos`` on (a record whose write
+        failed part way): the next block goes there, so no stray bytes stay between blocks."""
+        buffered_from = self.pos - self.fill
+        self.fill = max(0, pos - buffered_from)
+        self.pos = pos
+
     def flush(self) -> None:
         if self.fill:
             with memoryview(self.buf) as view:
@@ -393,6 +400,14 @@ class ZstdSink:
     def flush(self) -> None:
         if self.pending:
             self._emit()
+
+    def rewind(self, pos: int) -> None:
+        """As PlainSink.rewind, for bytes still in the open frame; bytes already compressed
+        into written frames stay (a later commit then fails to write, or verify names them)."""
+        pending_from = self.pos - len(self.pending)
+        if pos >= pending_from:
+            del self.pending[pos - pending_from :]
+            self.pos = pos
 
     def end_commit(self) -> None:
         """Close the open frame and write the seek table that makes this commit findable."""

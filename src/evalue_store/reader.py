@@ -19,6 +19,7 @@ from .container import (
     ENTRY_DTYPE,
     ENTRY_SIZE,
     FRAME_SIZE,
+    HEADER_FIXED,
     Commit,
     Header,
     check_frame,
@@ -547,7 +548,9 @@ class Dataset:
                     progress(i + 1)
         finally:
             self._crc_on_read = saved
-        self._verify_history(report)
+        commits = self._verify_history(report)
+        if report.ok:  # gaps are only meaningful between blocks known to be sound
+            self._verify_padding(report, commits)
         if isinstance(self._source, ZstdSource):
             report.problems += self._source.verify_frames()
         if self.uncommitted_bytes:
@@ -582,10 +585,13 @@ class Dataset:
             previous_end = int(ends[-1])
             base += seg.count
 
-    def _verify_history(self, report: VerifyReport) -> None:
-        """Walk the chain of earlier footers and check them and the index segments they name."""
-        checked = {seg.offset for seg in self._segments}
+    def _verify_history(self, report: VerifyReport) -> list[Commit]:
+        """Walk the chain of earlier footers and check them and the index segments they name;
+        returns the commits walked, the last one first."""
+        checked = {seg.offset for seg in self._segments}  # segments' and metadata offsets
+        checked.add(self.commit.metadata_offset)
         commit = self.commit
+        commits = [commit]
         while commit.prev_footer:
             try:
                 older = parse_footer_from(
@@ -597,7 +603,7 @@ class Dataset:
                 report.problems.append(
                     f"footer of commit {commit.number - 1} at {commit.prev_footer} is damaged"
                 )
-                return
+                return commits
             for seg in older.segments:
                 if seg.offset not in checked:
                     checked.add(seg.offset)
@@ -610,7 +616,54 @@ class Dataset:
                         report.problems.append(
                             f"index segment at {seg.offset} of commit {older.number} is damaged"
                         )
+            if older.metadata_length and older.metadata_offset not in checked:
+                checked.add(older.metadata_offset)
+                try:
+                    raw = self._source.read(older.metadata_offset, older.metadata_length)
+                    good = crc32(raw) == older.metadata_crc
+                except FormatError:
+                    good = False
+                if not good:
+                    report.problems.append(
+                        f"metadata block at {older.metadata_offset} of commit {older.number} "
+                        "is damaged"
+                    )
             commit = older
+            commits.append(commit)
+        return commits
+
+    def _verify_padding(self, report: VerifyReport, commits: list[Commit]) -> None:
+        """Every byte between blocks must be zero (docs/FORMAT.md section 1). No checksum
+        covers these gaps and no read looks at them, so this is the only check they get."""
+        header_length = HEADER_FIXED.unpack(bytes(self._source.read(0, HEADER_FIXED.size)))[5]
+        blocks = [(0, header_length)]
+        for commit in commits:
+            blocks.append((commit.footer_offset, commit.end))
+            if commit.metadata_length:
+                metadata = commit.metadata_offset
+                blocks.append((metadata, metadata + commit.metadata_length))
+            blocks += [(seg.offset, seg.offset + seg.count * ENTRY_SIZE) for seg in commit.segments]
+        fixed = np.array(blocks, np.int64)
+        entries = self.entries()
+        records = entries["offset"].astype(np.int64)
+        starts = np.concatenate([fixed[:, 0], records])
+        ends = np.concatenate(
+            [fixed[:, 1], records + FRAME_SIZE + entries["length"].astype(np.int64)]
+        )
+        order = np.argsort(starts, kind="stable")
+        starts, ends = starts[order], np.maximum.accumulate(ends[order])
+        gap_starts, gap_ends = ends[:-1], starts[1:]
+        keep = gap_ends > gap_starts
+        bad = []
+        for start, end in zip(gap_starts[keep].tolist(), gap_ends[keep].tolist()):
+            if bytes(self._source.read(start, end - start)).count(0) != end - start:
+                bad.append(start)
+        if bad:
+            where = ", ".join(str(b) for b in bad[:10]) + (" ..." if len(bad) > 10 else "")
+            report.problems.append(
+                f"non-zero bytes in the padding between blocks at {len(bad)} places "
+                f"(offsets {where}): no read uses them, but the file was changed there"
+            )
 
     def __repr__(self) -> str:
         state = "closed" if self._source is None else f"{self._len} records"

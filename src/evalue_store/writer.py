@@ -420,8 +420,12 @@ class Writer:
         if offset & (self.alignment - 1):  # after a footer the file end may be unaligned
             offset = self._align()
         sink.begin_block(FRAME_SIZE + length)
-        for chunk in chunks:
-            sink.write(chunk, len(chunk))  # bytearrays and 1-D uint8 arrays
+        try:
+            for chunk in chunks:
+                sink.write(chunk, len(chunk))  # bytearrays and 1-D uint8 arrays
+        except BaseException:
+            sink.rewind(offset)  # a disk-full error part way: no stray bytes before the index
+            raise
         pending = self._pending
         pending += ENTRY.pack(offset, length, crc, 0)
         return self._commit.record_count + len(pending) // ENTRY_SIZE - 1
@@ -447,10 +451,14 @@ class Writer:
         offset = self._align()
         sink.begin_block(FRAME_SIZE + length)
         crc = zlib.crc32(payload)
-        sink.write(FRAME.pack(FRAME_MAGIC, crc, length), FRAME_SIZE)
-        sink.write(payload, length)
         padding = -(FRAME_SIZE + length) & (self.alignment - 1)
-        sink.write(bytes(padding), padding)  # so that the next block starts aligned
+        try:
+            sink.write(FRAME.pack(FRAME_MAGIC, crc, length), FRAME_SIZE)
+            sink.write(payload, length)
+            sink.write(bytes(padding), padding)  # so that the next block starts aligned
+        except BaseException:
+            sink.rewind(offset)
+            raise
         self._pending += ENTRY.pack(offset, length, crc, 0)
         return len(self) - 1
 
