@@ -7,6 +7,7 @@ import json
 import multiprocessing
 import os
 import pickle
+import signal
 
 import numpy as np
 import pytest
@@ -267,3 +268,42 @@ def test_open_options_reach_every_shard_and_survive_pickling(tmp_path):
         assert shards.shard(0).backend == "pread"
         assert shards.shard(1).max_record_bytes == 1024
         shards.close()
+
+
+def test_resume_after_a_killed_job_continues_where_the_data_ends(tmp_path):
+    pattern = str(tmp_path / "p-{:03d}.evs")
+    pid = os.fork()
+    if pid == 0:  # the first run: killed while filling its third shard
+        try:
+            w = ShardWriter(pattern, max_records=5)
+            for i in range(100):
+                w.append(record(i))
+                if i == 12:
+                    os.kill(os.getpid(), signal.SIGKILL)
+        finally:
+            os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status)
+    assert not os.path.exists(tmp_path / "p.manifest.json")
+    with ShardWriter(pattern, max_records=5, resume=True) as w:
+        done = len(w)
+        assert 10 <= done <= 13  # two finished shards, and what the third kept on disk
+        for i in range(done, 30):
+            w.append(record(i))
+    ds = open_shards(tmp_path / "p.manifest.json")
+    assert ids(ds) == list(range(30))
+    assert [s.records for s in ds.shards] == [5] * 6
+    ds.close()
+
+
+def test_resume_options(tmp_path):
+    pattern = tmp_path / "r-{}.evs"
+    with ShardWriter(pattern, max_records=4, resume=True) as w:  # nothing to resume: a new run
+        assert len(w) == 0
+        w.extend(record(i) for i in range(6))
+    with ShardWriter(pattern, max_records=4, resume=True) as w:  # after a clean run too
+        assert len(w) == 6 and [s.records for s in w.shards] == [4]
+        w.extend(record(i) for i in range(6, 9))
+    assert ids(open_shards(tmp_path / "r.manifest.json")) == list(range(9))
+    with pytest.raises(ValueError, match="exclude"):
+        ShardWriter(pattern, resume=True, overwrite=True)

@@ -222,8 +222,12 @@ class ShardWriter:
     (as ``with Writer`` does) and writes no manifest, so a half-done job does not look done.
 
     Shards are created with mode "x" unless ``overwrite``: rerunning a job into the same
-    place must not mix old and new shards silently. Other keywords (``alignment``,
-    ``compression``...) go to each ``Writer``; ``max_bytes`` counts uncompressed bytes.
+    place must not mix old and new shards silently. ``resume`` continues an earlier run
+    that died instead: its shards are kept, the last one is reopened for appending (a
+    crashed writer's tail salvaged first, as with ``Writer(path, "a")``), and ``len()``
+    says how many records are already stored, i.e. where the input should resume. Other
+    keywords (``alignment``, ``compression``...) go to each ``Writer``; ``max_bytes`` counts
+    uncompressed bytes.
 
     For parallel writers give each process its own pattern, e.g.
     ``f"data/train-{rank:02d}-{{:05d}}.evs"``, then ``merge_manifests``.
@@ -239,6 +243,7 @@ class ShardWriter:
         manifest: PathLike | None = None,
         durable: bool = True,
         overwrite: bool = False,
+        resume: bool = False,
         **writer_options: Any,
     ):
         self.pattern = os.fspath(pattern)
@@ -260,6 +265,22 @@ class ShardWriter:
         self._writer: Writer | None = None
         self._count = 0
         self._closed = False
+        if resume:
+            if overwrite:
+                raise ValueError("resume and overwrite exclude each other")
+            self._resume()
+
+    def _resume(self) -> None:
+        """Take over shards 0, 1, ... of an earlier run: all but the last as they are, the
+        last reopened for appending."""
+        paths: list[str] = []
+        while os.path.exists(self.pattern.format(len(paths))):
+            paths.append(self.pattern.format(len(paths)))
+        if not paths:
+            return
+        self.shards = [describe_shard(path) for path in paths[:-1]]
+        self._writer = Writer(paths[-1], "a", durable=self.durable, **self.writer_options)
+        self._count = sum(s.records for s in self.shards) + len(self._writer)
 
     def _full(self, writer: Writer) -> bool:
         n = len(writer)
