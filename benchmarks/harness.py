@@ -295,11 +295,12 @@ def main(argv: list[str] | None = None) -> int:
     from .report import machine_facts, markdown, plot_scaling
 
     if args.readme:
-        from .report import readme_table
+        from .report import readme_ratios, readme_table
 
         report = json.loads(args.readme.read_text())
         for wname in report["workloads"]:
             print(f"{wname}:\n\n{readme_table(report, wname)}\n")
+            print(f"{readme_ratios(report, wname)}\n")
         return 0
     if args.render:
         report = json.loads(args.render.read_text())

@@ -365,3 +365,36 @@ def readme_table(report: dict[str, Any], workload: str) -> str:
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def readme_ratios(report: dict[str, Any], workload: str) -> str:
+    """evalue_store's figures as ratios against the floor and the best peer (``--readme``):
+    time and size ratios above 1 are worse, rate ratios (write, scan) below 1 are worse."""
+    section = report["workloads"][workload]
+    ok = [r for r in section["results"] if r.get("status") == "ok"]
+    floor = next((r for r in ok if r["adapter"] == FLOOR), None)
+    peers = [r for r in ok if r["adapter"] != FLOOR and r["adapter"] not in OURS]
+    # size is left out: the main table gives it against the raw bytes, and the smallest
+    # peer file is a compressed one, which says little about a plain container
+    metrics = [m for m in RATIO_METRICS if m[0] not in ("get_p99_us", "file_mb")]
+    lines = [
+        "| evalue_store vs | " + " | ".join(title for _, title, _ in metrics) + " |",
+        "|" + "---|" * (len(metrics) + 1),
+    ]
+    best_names = []
+    for key, _, higher in metrics:
+        best = _best(peers, key, higher)
+        best_names.append(next((r["adapter"] for r in peers if r.get(key) == best), "–"))
+    for r in ok:
+        if r["adapter"] not in OURS:
+            continue
+        for label, refs in (("floor", [floor] if floor else []), ("best peer", peers)):
+            cells = []
+            for key, _, higher in metrics:
+                value, ref = r.get(key) or 0.0, _best(refs, key, higher) or 0.0
+                ratio = (value / ref) if value and ref else 0.0
+                cells.append(f"{ratio:.2f}x" if ratio else "–")
+            name = README_NAMES[r["adapter"]]
+            lines.append(f"| {name} / {label} | " + " | ".join(cells) + " |")
+    lines.append("| *best peer* | " + " | ".join(best_names) + " |")
+    return "\n".join(lines)

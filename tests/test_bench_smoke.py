@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from benchmarks.harness import _skip_reason
-from benchmarks.report import readme_table
+from benchmarks.report import readme_ratios, readme_table
 from benchmarks.workloads import get_workload
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,6 +46,8 @@ def test_quick_benchmark_round_trips_the_same_records(tmp_path):
     table = readme_table(json.loads((tmp_path / "quick.json").read_text()), "W1")
     assert len(table.splitlines()) == 2 + len(adapters.split(","))
     assert "| **evalue_store** `verify=False` |" in table
+    ratios = readme_ratios(json.loads((tmp_path / "quick.json").read_text()), "W1")
+    assert "| **evalue_store** zstd / best peer |" in ratios and "| *best peer* | npz |" in ratios
 
 
 def test_quick_scaling_reports_every_point(tmp_path):
