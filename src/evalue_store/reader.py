@@ -402,7 +402,14 @@ class Dataset:
     def _read(self, i: int, offset: int, length: int, crc: int) -> list:
         """Record ``i`` given its index entry."""
         align = self.header.alignment
-        self._check_entry(i, offset, length)
+        limit = self.max_record_bytes
+        if (
+            offset % align
+            or offset < self.header.data_start
+            or length > self.commit.end - offset - FRAME_SIZE
+            or (limit is not None and length > limit)
+        ):
+            self._check_entry(i, offset, length)  # raises, saying which rule failed
         buf, pos = self._source.frame(offset, FRAME_SIZE + length)
         try:
             if self._crc_on_read:
