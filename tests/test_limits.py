@@ -70,3 +70,22 @@ def test_scan_fast_path_honours_the_limit_for_repeating_records(tmp_path):
             next(iter(ds))
     with evs.open(path) as ds:
         assert len(list(ds)) == 50
+
+
+def test_a_torn_last_table_does_not_skip_a_commit_over_the_cap(tmp_path):
+    """With the last seek table torn the reader falls back to the previous commit; if that
+    commit's table lists a frame over the cap, it must say so rather than silently open an
+    even older commit."""
+    path = tmp_path / "torn.evs.zst"
+    with evs.Writer(path, compression="zstd", frame_size=256) as w:
+        w.append([np.arange(4)])
+        w.commit()
+        w.append([np.random.default_rng(0).random(2000)])  # a 16 KB record: a 16 KB frame
+        w.commit()
+        w.append([np.arange(3)])
+    data = path.read_bytes()
+    path.write_bytes(data[:-3])
+    with evs.open(path) as ds:  # the default cap: the previous commit, as for any torn tail
+        assert len(ds) == 2 and ds.uncommitted_bytes > 0
+    with pytest.raises(evs.FormatError, match="over the reader cap 4096 .*max_frame_size"):
+        evs.open(path, max_frame_size=4096)

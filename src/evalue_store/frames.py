@@ -94,10 +94,21 @@ def last_seek_table(data: Any, size: int, max_frame_size: int) -> SeekTable:
         else:
             reason = f"{exc.reason} (open with a larger max_frame_size to read it)"
             raise FormatError(reason, exc.offset) from None
-    found = find_last_seek_table(data, size, max_frame_size=max_frame_size)
+    # The last valid table whatever its frames' sizes: the commit to fall back to. Skipping
+    # tables over the cap instead would silently open an even older commit.
+    found = find_last_seek_table(data, size, max_frame_size=MAX_FRAME_DECOMPRESSED_SIZE)
     if found is None:
         raise FormatError("compressed file holds no valid seek table", size)
-    return found[0]
+    table = found[0]
+    sizes = table.decompressed_sizes
+    if len(sizes) and int(sizes.max()) > max_frame_size:
+        k = int(sizes.argmax())
+        raise FormatError(
+            f"frame {k} decompresses to {int(sizes[k])} bytes, over the reader cap "
+            f"{max_frame_size} (open with a larger max_frame_size to read it)",
+            int(table.compressed_offsets[k]),
+        )
+    return table
 
 
 class ZstdSource:
@@ -302,12 +313,16 @@ class PlainSink:
     def begin_block(self, size: int, granule: int = 0) -> None:
         """Called before each block; only the frame layer cares where blocks start."""
 
-    def rewind(self, pos: int) -> None:
+    def rewind(self, pos: int) -> bool:
         """Forget what was written from logical offset ``pos`` on (a record whose write
-        failed part way): the next block goes there, so no stray bytes stay between blocks."""
+        failed part way): the next block goes there, and bytes of it already in the file are
+        cut off, so no stray bytes stay between blocks or after the last one. True: done."""
         buffered_from = self.pos - self.fill
+        if pos < buffered_from:
+            os.ftruncate(self.fd, pos)
         self.fill = max(0, pos - buffered_from)
         self.pos = pos
+        return True
 
     def flush(self) -> None:
         if self.fill:
@@ -363,11 +378,12 @@ class ZstdSink:
 
     def write(self, data: Any, size: int) -> None:
         view = memoryview(data).cast("B")
-        self.pos += size
         limit = self.split
         while view:
             room = limit - len(self.pending)
-            self.pending += view[:room]
+            piece = view[:room]
+            self.pending += piece
+            self.pos += len(piece)  # as it goes: a failed _emit leaves pos matching pending
             view = view[room:]
             if len(self.pending) >= limit:
                 self._emit()
@@ -401,13 +417,15 @@ class ZstdSink:
         if self.pending:
             self._emit()
 
-    def rewind(self, pos: int) -> None:
-        """As PlainSink.rewind, for bytes still in the open frame; bytes already compressed
-        into written frames stay (a later commit then fails to write, or verify names them)."""
+    def rewind(self, pos: int) -> bool:
+        """As PlainSink.rewind, when ``pos`` is in the open frame; False when bytes after it
+        were already compressed into written frames (the writer then cannot go on)."""
         pending_from = self.pos - len(self.pending)
-        if pos >= pending_from:
-            del self.pending[pos - pending_from :]
-            self.pos = pos
+        if pos < pending_from:
+            return False
+        del self.pending[pos - pending_from :]
+        self.pos = pos
+        return True
 
     def end_commit(self) -> None:
         """Close the open frame and write the seek table that makes this commit findable."""

@@ -315,6 +315,7 @@ class Writer:
         self._pending = bytearray()
         self._zstd = dict(level=level, frame_size=frame_size)
         self._fd = -1
+        self._failed = ""  # why the writer cannot go on, after a write it could not undo
         flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_BINARY", 0)
         if mode == "x":
             flags |= os.O_EXCL
@@ -410,6 +411,22 @@ class Writer:
     def _check_open(self) -> None:
         if self._fd < 0:
             raise ValueError(f"{self.path}: writer is closed")
+        if self._failed:
+            raise ValueError(f"{self.path}: {self._failed}")
+
+    def _undo_record(self, offset: int, error: BaseException) -> None:
+        """After a record's write failed part way (disk full, an interrupt): forget its bytes
+        so that the next block starts where it did. Where that cannot be done, the writer
+        refuses to go on, and close() keeps only the last commit."""
+        try:
+            undone = self._sink.rewind(offset)
+        except OSError:
+            undone = False
+        if not undone:
+            self._failed = (
+                f"a record's write failed part way ({error!r}); the records appended since "
+                "the last commit are lost: reopen the file with mode='a'"
+            )
 
     def append(self, record: Sequence[Any]) -> int:
         """Append one record (a list of values); returns its index. Visible after commit()."""
@@ -423,8 +440,8 @@ class Writer:
         try:
             for chunk in chunks:
                 sink.write(chunk, len(chunk))  # bytearrays and 1-D uint8 arrays
-        except BaseException:
-            sink.rewind(offset)  # a disk-full error part way: no stray bytes before the index
+        except BaseException as exc:
+            self._undo_record(offset, exc)
             raise
         pending = self._pending
         pending += ENTRY.pack(offset, length, crc, 0)
@@ -456,8 +473,8 @@ class Writer:
             sink.write(FRAME.pack(FRAME_MAGIC, crc, length), FRAME_SIZE)
             sink.write(payload, length)
             sink.write(bytes(padding), padding)  # so that the next block starts aligned
-        except BaseException:
-            sink.rewind(offset)
+        except BaseException as exc:
+            self._undo_record(offset, exc)
             raise
         self._pending += ENTRY.pack(offset, length, crc, 0)
         return len(self) - 1
@@ -574,6 +591,9 @@ class Writer:
         """Commit and release the file (and its lock)."""
         if self._fd < 0:
             return
+        if self._failed:
+            self.abort()
+            raise ValueError(f"{self.path}: {self._failed}")
         try:
             self.commit()
         finally:
