@@ -138,9 +138,29 @@ def test_append_raw_refuses_malformed_payloads_and_writes_nothing(tmp_path):
             assert len(w) == 0, name
         with pytest.raises(ValueError, match="alignment"):
             w.append_raw(good, alignment=48)
+        tensor_padding = 4 + 4 + 8  # after the count; tag, dtype, rank, flags; one dim
+        dirty = good[:tensor_padding] + b"\x01" + good[tensor_padding + 1 :]
+        with pytest.raises(evs.FormatError, match="non-zero bytes in the padding"):
+            w.append_raw(dirty)
+        assert len(w) == 0
         w.append_raw(good)
     with evs.open(dst) as ds:
         assert len(ds) == 1 and ds.verify().ok
+
+
+def test_a_payload_for_another_alignment_is_refused_not_misread(tmp_path):
+    """Given without its alignment, a payload encoded for 8 would put tensor data where a
+    64-aligned reader expects padding: the zero-padding rule refuses it."""
+    src = tmp_path / "eight.evs"
+    write(src, [[np.arange(1, 33, dtype=np.uint8), b"tail"]], alignment=8)
+    with evs.open(src) as ds:
+        payload = bytes(ds.raw(0))
+    with evs.Writer(tmp_path / "sixty-four.evs") as w:
+        with pytest.raises(evs.FormatError):
+            w.append_raw(payload)
+        w.append_raw(payload, alignment=8)  # said: re-padded
+    with evs.open(tmp_path / "sixty-four.evs") as ds:
+        assert ds[0][0].tolist() == list(range(1, 33)) and ds[0][1] == b"tail"
 
 
 def test_raw_checks_the_record_checksum(tmp_path):

@@ -375,12 +375,15 @@ def _decode(reader: _Reader) -> list:
 
 def check_payload(payload: Any, alignment: int) -> None:
     """Raise FormatError unless ``payload`` is a well-formed record payload (docs/FORMAT.md
-    section 3) for ``alignment``; offsets in the error count from the payload's start."""
-    _decode(_Reader(payload, 0, len(payload), -FRAME_SIZE, alignment))
+    section 3) for ``alignment``, its padding zero; offsets count from the payload's start."""
+    reader = _SpanReader(payload, 0, len(payload), -FRAME_SIZE, alignment)
+    reader.spans = []
+    _decode(reader)
 
 
 class _SpanReader(_Reader):
-    """A _Reader that notes, for each tensor, where its header ends and its data starts."""
+    """A _Reader that also requires the padding before each tensor's data to be zero, and
+    notes where each tensor's header ends and its data starts."""
 
     __slots__ = ("spans",)
 
@@ -388,7 +391,10 @@ class _SpanReader(_Reader):
         array = super().tensor(at)
         rank, flags = self.buf[at + 2], self.buf[at + 3]
         header_end = at + 4 + 8 * rank + (rank if flags & TENSOR_DIM_ORDER else 0)
-        self.spans.append((header_end, self.pos - array.nbytes))
+        data = self.pos - array.nbytes
+        if bytes(self.buf[header_end:data]).count(0) != data - header_end:
+            raise FormatError("non-zero bytes in the padding before tensor data", header_end)
+        self.spans.append((header_end, data))
         return array
 
 
