@@ -307,3 +307,16 @@ def test_resume_options(tmp_path):
     assert ids(open_shards(tmp_path / "r.manifest.json")) == list(range(9))
     with pytest.raises(ValueError, match="exclude"):
         ShardWriter(pattern, resume=True, overwrite=True)
+
+
+def test_resume_gives_a_shard_that_died_before_its_first_commit_the_metadata(tmp_path):
+    pattern = str(tmp_path / "m-{:02d}.evs")
+    write(pattern, 4, max_records=2, metadata={"m": 1})
+    evs.Writer(pattern.format(2)).abort()  # a third shard created, killed before committing
+    with ShardWriter(pattern, max_records=2, metadata={"m": 1}, resume=True) as w:
+        assert len(w) == 4 and w.salvage is None
+        w.append(record(4))
+    ds = open_shards(tmp_path / "m.manifest.json")
+    assert ids(ds) == [0, 1, 2, 3, 4]
+    assert [ds.shard(k).metadata for k in range(3)] == [{"m": 1}] * 3
+    ds.close()

@@ -224,10 +224,10 @@ class ShardWriter:
     Shards are created with mode "x" unless ``overwrite``: rerunning a job into the same
     place must not mix old and new shards silently. ``resume`` continues an earlier run
     that died instead: its shards are kept, the last one is reopened for appending (a
-    crashed writer's tail salvaged first, as with ``Writer(path, "a")``), and ``len()``
-    says how many records are already stored, i.e. where the input should resume. Other
-    keywords (``alignment``, ``compression``...) go to each ``Writer``; ``max_bytes`` counts
-    uncompressed bytes.
+    crashed writer's tail salvaged first, as with ``Writer(path, "a")``, and reported in
+    ``salvage``), and ``len()`` says how many records are already stored, i.e. where the
+    input should resume. Other keywords (``alignment``, ``compression``...) go to each
+    ``Writer``; ``max_bytes`` counts uncompressed bytes.
 
     For parallel writers give each process its own pattern, e.g.
     ``f"data/train-{rank:02d}-{{:05d}}.evs"``, then ``merge_manifests``.
@@ -265,6 +265,7 @@ class ShardWriter:
         self._writer: Writer | None = None
         self._count = 0
         self._closed = False
+        self.salvage = None  # with resume: what reopening the last shard salvaged, if anything
         if resume:
             if overwrite:
                 raise ValueError("resume and overwrite exclude each other")
@@ -279,7 +280,11 @@ class ShardWriter:
         if not paths:
             return
         self.shards = [describe_shard(path) for path in paths[:-1]]
-        self._writer = Writer(paths[-1], "a", durable=self.durable, **self.writer_options)
+        # metadata again: the last shard may have died before its first commit stored it
+        self._writer = Writer(
+            paths[-1], "a", metadata=self.metadata, durable=self.durable, **self.writer_options
+        )
+        self.salvage = self._writer.salvage
         self._count = sum(s.records for s in self.shards) + len(self._writer)
 
     def _full(self, writer: Writer) -> bool:
