@@ -1588,6 +1588,11 @@ records left out are listed and the exit code is 1, since data was lost. Records
 left-out one move up by one index.""",
 )
 def cmd_copy(args: argparse.Namespace) -> int:
+    alignment = args.alignment
+    if alignment is not None and (
+        alignment < 8 or alignment > 65536 or alignment & (alignment - 1)
+    ):
+        raise CliError("--alignment", f"must be a power of two in [8, 65536], not {alignment}")
     refuse_overwrite(args.output, args.force)
     skipped: list[tuple[int, str]] = []
     with open_dataset(args.file) as ds:
@@ -1600,7 +1605,7 @@ def cmd_copy(args: argparse.Namespace) -> int:
                 append=False,
                 force=args.force,
                 metadata=ds.metadata,
-                alignment=args.alignment or ds.alignment,
+                alignment=ds.alignment if alignment is None else alignment,
                 **options,
             ) as writer,
             progress(args, len(ds), "copy", "rec") as bar,

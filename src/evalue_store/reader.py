@@ -381,9 +381,10 @@ class Dataset:
         """Record ``index`` as stored: its payload bytes (docs/FORMAT.md section 3), as a
         read-only view valid while the dataset is open.
 
-        Checked as a read is: the frame header must match the index entry and, with
-        ``verify``, the checksum the payload. ``Writer.append_raw(ds.raw(i), ds.alignment)``
-        copies a record exactly, which decoding and re-encoding cannot always do.
+        Checked: the frame header must match the index entry and, with ``verify``, the
+        checksum the payload (the values are not decoded; ``Writer.append_raw`` checks
+        them). ``Writer.append_raw(ds.raw(i), ds.alignment)`` copies a record exactly,
+        which decoding and re-encoding cannot always do.
         """
         self._ensure_open()
         i = self._normalize(int(index))
