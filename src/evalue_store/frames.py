@@ -24,6 +24,7 @@ from .seekable import (
     EMPTY_CHECKSUM,
     MAX_FRAME_DECOMPRESSED_SIZE,
     SeekTable,
+    aligned_bytes,
     aligned_empty,
     decompress_frame,
     encode_seek_table,
@@ -147,9 +148,18 @@ class ZstdSource:
         self.size = self.table.logical_size
         self.alignment = 64
         self.cache_bytes = cache_bytes
-        self._cache: OrderedDict[int, np.ndarray] = OrderedDict()
+        self._cache: OrderedDict[int, memoryview] = OrderedDict()
         self._cached = 0
-        self._offsets = self.table.decompressed_offsets
+        # A random read does a few lookups in the table: memoryviews of its arrays give
+        # Python ints (indexing a numpy array makes a numpy scalar, several times slower).
+        table = self.table
+        self._view = memoryview(self.map)
+        self._csizes = memoryview(table.compressed_sizes)
+        self._dsizes = memoryview(table.decompressed_sizes)
+        self._coffsets = memoryview(table.compressed_offsets)
+        self._doffsets = memoryview(table.decompressed_offsets)
+        self._checksums = None if table.checksums is None else memoryview(table.checksums)
+        self._offsets = table.decompressed_offsets  # searched with numpy
 
     @property
     def committed_physical_end(self) -> int:
@@ -162,7 +172,7 @@ class ZstdSource:
             self._cache.clear()
             self._cached = 0
 
-    def _frame(self, k: int) -> np.ndarray:
+    def _frame(self, k: int) -> memoryview:
         buf = self._cache.get(k)
         if buf is not None:
             self._cache.move_to_end(k)
@@ -175,7 +185,7 @@ class ZstdSource:
             self._cached -= old.nbytes
         return buf
 
-    def _decompress(self, k: int) -> np.ndarray:
+    def _decompress(self, k: int) -> memoryview:
         """Frame k's bytes in a buffer aligned to their logical offsets.
 
         A random read decompresses one small frame, so its fixed costs matter: frames up to
@@ -184,44 +194,46 @@ class ZstdSource:
         decompresses the whole frame, checking content size and checksum. Bigger frames get
         every check.
         """
-        table = self.table
-        size = int(table.decompressed_sizes[k])
+        size = self._dsizes[k]
         if not 0 < size <= SMALL_FRAME:
-            return decompress_frame(self.map, table, k, dctx=self.dctx, alignment=self.alignment)
-        start, end = int(table.compressed_offsets[k]), int(table.compressed_offsets[k + 1])
-        frame = memoryview(self.map)[start:end]
+            return memoryview(
+                decompress_frame(self.map, self.table, k, dctx=self.dctx, alignment=self.alignment)
+            )
+        start = self._coffsets[k]
+        end = start + self._csizes[k]
+        frame = self._view[start:end]
         try:
             params = zstandard.get_frame_parameters(frame)
             if params.content_size != size or not params.has_checksum:
                 raise zstandard.ZstdError("frame header disagrees with the seek table")
-            sums = table.checksums  # None: a table without Checksum_Flag (valid, not ours)
-            if sums is not None and frame[-4:] != int(sums[k]).to_bytes(4, "little"):
+            sums = self._checksums  # None: a table without Checksum_Flag (valid, not ours)
+            if sums is not None and int.from_bytes(frame[-4:], "little") != sums[k]:
                 raise zstandard.ZstdError("frame checksum disagrees with the seek table")
             data = self.dctx.decompress(frame)
         except zstandard.ZstdError as exc:
             raise FormatError(f"frame {k}: {exc}", start) from None
         # One allocation per frame: a buffer shared by several frames would keep evicted
         # frames' memory alive for as long as any of them is cached or viewed.
-        out = aligned_empty(size, int(table.decompressed_offsets[k]), self.alignment)
-        out[:] = memoryview(data)
+        out = aligned_bytes(size, self._doffsets[k], self.alignment)
+        out[:] = data
         return out
 
     def frame(self, offset: int, n: int) -> tuple[Any, int]:
         """(buffer, position): logical bytes [offset, offset + n) are buffer[position:...]."""
         if offset < 0 or n < 0 or offset + n > self.size:
             raise FormatError(f"read of {n} bytes runs past the logical end {self.size}", offset)
-        offsets = self._offsets
-        k = int(offsets.searchsorted(offset, "right")) - 1
-        start = int(offsets[k])
-        if offset + n <= int(offsets[k + 1]):
-            return memoryview(self._frame(k)), offset - start
+        offsets = self._doffsets
+        k = int(self._offsets.searchsorted(offset, "right")) - 1
+        start = offsets[k]
+        if offset + n <= offsets[k + 1]:
+            return self._frame(k), offset - start
         # Spans frames (a block split because it is bigger than a frame): assemble it,
         # decompressing frames that lie wholly inside straight into place.
         out = aligned_empty(n, offset, self.alignment)
         pos = offset
         while pos < offset + n:
-            k = int(offsets.searchsorted(pos, "right")) - 1
-            f_start, f_end = int(offsets[k]), int(offsets[k + 1])
+            k = int(self._offsets.searchsorted(pos, "right")) - 1
+            f_start, f_end = offsets[k], offsets[k + 1]
             take = min(f_end, offset + n) - pos
             if f_start == pos and f_end <= offset + n and k not in self._cache:
                 decompress_frame(self.map, self.table, k, out[pos - offset :], dctx=self.dctx)
@@ -280,6 +292,7 @@ class ZstdSource:
     def close(self) -> None:
         self._cache.clear()
         try:
+            self._view.release()  # tensors hold views of their own
             self.map.close()
         except BufferError:
             pass

@@ -19,6 +19,7 @@ violation raises :class:`evalue_store.errors.FormatError` with the file offset.
 
 from __future__ import annotations
 
+import array
 import io
 import os
 import struct
@@ -52,6 +53,7 @@ __all__ = [
     "find_last_seek_table",
     "decompress_frame",
     "aligned_empty",
+    "aligned_bytes",
     "frame_extent",
 ]
 
@@ -503,6 +505,20 @@ def aligned_empty(nbytes: int, logical_start: int = 0, alignment: int = 64) -> n
     address = raw.__array_interface__["data"][0]  # cheaper than raw.ctypes.data
     shift = (logical_start - address) % alignment
     return raw[shift : shift + nbytes]
+
+
+_ZERO_BYTE = array.array("B", [0])
+
+
+def aligned_bytes(nbytes: int, logical_start: int = 0, alignment: int = 64) -> memoryview:
+    """A zeroed, writable memoryview placed as by :func:`aligned_empty`, made faster: an
+    array's buffer_info() gives its address for a fraction of what numpy's does, which
+    counts when a random read decompresses one small frame."""
+    if nbytes < 0 or alignment < 1:
+        raise ValueError("nbytes must be >= 0 and alignment >= 1")
+    raw = _ZERO_BYTE * (nbytes + alignment)
+    shift = (logical_start - raw.buffer_info()[0]) % alignment
+    return memoryview(raw)[shift : shift + nbytes]
 
 
 def _walk_blocks(
