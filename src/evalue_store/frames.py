@@ -9,6 +9,7 @@ the target frame size is split into frames of its own. See docs/FORMAT.md sectio
 
 from __future__ import annotations
 
+import bisect
 import mmap
 import os
 import struct
@@ -159,7 +160,6 @@ class ZstdSource:
         self._coffsets = memoryview(table.compressed_offsets)
         self._doffsets = memoryview(table.decompressed_offsets)
         self._checksums = None if table.checksums is None else memoryview(table.checksums)
-        self._offsets = table.decompressed_offsets  # searched with numpy
 
     @property
     def committed_physical_end(self) -> int:
@@ -223,7 +223,7 @@ class ZstdSource:
         if offset < 0 or n < 0 or offset + n > self.size:
             raise FormatError(f"read of {n} bytes runs past the logical end {self.size}", offset)
         offsets = self._doffsets
-        k = int(self._offsets.searchsorted(offset, "right")) - 1
+        k = bisect.bisect_right(offsets, offset) - 1
         start = offsets[k]
         if offset + n <= offsets[k + 1]:
             return self._frame(k), offset - start
@@ -232,7 +232,7 @@ class ZstdSource:
         out = aligned_empty(n, offset, self.alignment)
         pos = offset
         while pos < offset + n:
-            k = int(self._offsets.searchsorted(pos, "right")) - 1
+            k = bisect.bisect_right(offsets, pos) - 1
             f_start, f_end = offsets[k], offsets[k + 1]
             take = min(f_end, offset + n) - pos
             if f_start == pos and f_end <= offset + n and k not in self._cache:

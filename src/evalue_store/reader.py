@@ -336,7 +336,8 @@ class Dataset:
         k = 0 if len(self._starts) == 1 else bisect.bisect_right(self._starts, i) - 1
         seg = self._segments[k]
         at = seg.offset + (i - self._starts[k]) * ENTRY_SIZE
-        offset, length, crc, reserved = ENTRY.unpack(self._source.read(at, ENTRY_SIZE))
+        buf, pos = self._source.frame(at, ENTRY_SIZE)
+        offset, length, crc, reserved = ENTRY.unpack_from(buf, pos)
         if reserved:
             raise FormatError(f"index entry of record {i} has reserved bits set", at, self.path)
         return offset, length, crc
