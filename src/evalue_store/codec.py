@@ -329,11 +329,13 @@ class _Reader:
         if data > end or nbytes > end - data:
             raise FormatError(f"tensor data ({nbytes} bytes) runs past the record", data)
         self.pos = data + nbytes
-        if rank == 1 and not order:
-            array = np.frombuffer(buf, dtype, shape[0], data)  # the common case, and cheapest
-        else:
-            strides = _tensor_strides(shape, order, dtype.itemsize) if order else None
+        if order:
+            strides = _tensor_strides(shape, order, dtype.itemsize)
             array = np.ndarray(shape, dtype, buffer=_region(buf, data, nbytes), strides=strides)
+        else:  # np.frombuffer is the cheapest view, and it keeps the mapping alive
+            array = np.frombuffer(buf, dtype, nbytes // dtype.itemsize, data)
+            if rank != 1:
+                array = array.reshape(shape)
         if code == 11 and nbytes and array.view(np.uint8).max() > 1:
             raise FormatError("bool tensor holds a byte other than 0 or 1", data)
         return array
@@ -462,13 +464,14 @@ class Layout:
             return None
         values = []
         for kind, index, at, detail in self.builders:
-            if kind == _TENSOR:  # detail: dtype, shape, strides, nbytes, plain (rank 1, C order)
-                dtype, shape, strides, nbytes, plain = detail
-                if plain:
-                    values.append(np.frombuffer(buf, dtype, shape[0], frame + at))
-                else:
+            if kind == _TENSOR:  # detail: dtype, shape, strides, nbytes, numel (None: strided)
+                dtype, shape, strides, nbytes, numel = detail
+                if numel is None:  # a dim order
                     region = _region(buf, frame + at, nbytes)
                     values.append(np.ndarray(shape, dtype, buffer=region, strides=strides))
+                else:
+                    array = np.frombuffer(buf, dtype, numel, frame + at)
+                    values.append(array if len(shape) == 1 else array.reshape(shape))
             elif kind == _SCALAR:
                 values.append(fields[index])
             elif kind == _TEXT:
@@ -594,7 +597,7 @@ def compile_layout(buf: Any, frame: int, length: int, alignment: int) -> Layout 
             pos = data + nbytes
             strides = _tensor_strides(shape, order, dtype.itemsize) if order else None
             sample = np.ndarray(shape, dtype, buffer=buf, offset=data, strides=strides)
-            detail = (dtype, shape, sample.strides, nbytes, rank == 1 and not order)
+            detail = (dtype, shape, sample.strides, nbytes, None if order else sample.size)
             builders.append((_TENSOR, 0, data - frame, detail))
         elif tag in (3, 4):
             at = struct.calcsize("".join(fmt))
