@@ -5,7 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import evalue_store as evs
 from evalue_store import seekable as sk
+from evalue_store.errors import FormatError
+
+from .test_core import assert_same
 
 
 @pytest.mark.parametrize("alignment", [1, 8, 64, 4096])
@@ -16,3 +20,50 @@ def test_aligned_bytes(alignment, start):
     assert view.nbytes == 100 and not view.readonly and arr.flags.writeable
     assert (arr.ctypes.data - start) % alignment == 0
     assert view.tobytes() == bytes(100)
+
+
+def _w1(n: int, seed: int = 0) -> list:
+    rng = np.random.default_rng(seed)
+    return [
+        [rng.integers(0, 50000, 128), rng.random(16, dtype=np.float32), i % 10, f"ex-{i:06d}"]
+        for i in range(n)
+    ]
+
+
+def test_scans_read_the_index_in_chunks_across_segments(tmp_path):
+    recs = _w1(1500)
+    for compression in ("zstd", None):
+        path = tmp_path / f"s-{compression}.evs"
+        for k, part in enumerate((recs[:700], recs[700:1100], recs[1100:])):
+            with evs.Writer(path, mode="a" if k else "w", compression=compression) as w:
+                w.extend(part)
+        backends = ("mmap",) if compression else ("pread",)
+        for backend in backends:
+            with evs.open(path, backend=backend) as ds:
+                assert len(ds.commit.segments) == 3
+                got = list(ds)
+                assert_same(got, recs)
+
+
+def test_scan_of_a_damaged_index_frame_yields_the_records_before_it(tmp_path):
+    recs = _w1(1500)
+    path = tmp_path / "d.evs"
+    with evs.Writer(path, compression="zstd") as w:
+        w.extend(recs)
+    with evs.open(path) as ds:
+        seg = ds.commit.segments[0]
+        table = ds._source.table
+        k = table.frame_at(seg.offset + seg.count * 24 // 2)  # an index frame in the middle
+        first_lost = -(-(int(table.decompressed_offsets[k]) - seg.offset) // 24)
+        middle = int(table.compressed_offsets[k]) + int(table.compressed_sizes[k]) // 2
+    with open(path, "r+b") as f:
+        f.seek(middle)
+        byte = f.read(1)
+        f.seek(middle)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    got = []
+    with evs.open(path) as ds, pytest.raises(FormatError, match=f"frame {k}"):
+        for values in ds:
+            got.append(values)
+    assert 0 < first_lost == len(got)
+    assert_same(got, recs[:first_lost])

@@ -473,8 +473,7 @@ class Dataset:
     def __iter__(self) -> Iterator[list]:
         self._ensure_open()
         if not isinstance(self._source, _MmapSource):
-            for i in range(self._len):
-                yield self._record(i)
+            yield from self._scan_by_chunks()
             return
         first = 0
         for seg in self._segments:
@@ -490,6 +489,27 @@ class Dataset:
                 bounds = [0, *(np.flatnonzero(~joined) + 1).tolist(), len(chunk)]
                 for a, b in zip(bounds[:-1], bounds[1:]):
                     yield from self._scan_run(first + lo + a, chunk[a:b])
+            first += seg.count
+
+    def _scan_by_chunks(self) -> Iterator[list]:
+        """Every record in order, for a compressed or pread source: index entries are read
+        SCAN_CHUNK at a time instead of one lookup per record. A chunk that cannot be read,
+        or an entry with reserved bits, is read record by record by ``_record``, so that
+        errors name their record and the records before them are still yielded."""
+        first = 0
+        for seg in self._segments:
+            for lo in range(0, seg.count, SCAN_CHUNK):
+                count = min(SCAN_CHUNK, seg.count - lo)
+                try:
+                    raw = self._source.read(seg.offset + lo * ENTRY_SIZE, count * ENTRY_SIZE)
+                except FormatError:
+                    for i in range(first + lo, first + lo + count):
+                        yield self._record(i)
+                    continue
+                for i, (offset, length, crc, reserved) in enumerate(
+                    ENTRY.iter_unpack(raw), first + lo
+                ):
+                    yield self._record(i) if reserved else self._read(i, offset, length, crc)
             first += seg.count
 
     def _scan_run(self, first: int, entries: np.ndarray) -> Iterator[list]:
