@@ -254,9 +254,9 @@ def scaling_markdown(scaling: dict[str, Any], name: str) -> str:
         "Open and random get by record count (records of [int64[4], float32[2], int, str]); "
         "write MB/s by record size (records of one uint8 tensor; "
         f"{', '.join(f'{s:,} B' for s in scaling['sizes'])}). One run per point: open is the "
-        "median of repeated opens, get the median over random reads. A point is skipped when "
-        f"writing it would take over {scaling['write_limit_s']:.0f} s, extrapolated from the "
-        "format's previous point.",
+        "median of repeated opens, get the median over random reads. A record-count point is "
+        f"skipped when writing it would take over {scaling['write_limit_s']:.0f} s, "
+        "extrapolated from the format's previous point.",
         "",
     ]
     notes: dict[str, str] = {}
@@ -299,13 +299,21 @@ def plot_scaling(report: dict[str, Any], results_dir: Path) -> None:
     import matplotlib.pyplot as plt
 
     scaling = report["scaling"]
+    colors = plt.get_cmap("tab20").colors  # 20 distinct colours: one per format
+    markers = "osD^vP*Xh<>p"
     for series, key, title, suffix in CURVES:
         fig, ax = plt.subplots(figsize=(7, 4.5))
-        for adapter, row in scaling[series].items():
+        for k, (adapter, row) in enumerate(scaling[series].items()):
             ok = [(int(p), r[key]) for p, r in row.items() if r["status"] == "ok" and key in r]
             if ok:
-                style = "o-" if adapter in OURS or adapter == FLOOR else "o--"
-                ax.plot(*zip(*ok), style, label=adapter, linewidth=2 if adapter in OURS else 1)
+                ax.plot(
+                    *zip(*ok),
+                    "-" if adapter in OURS or adapter == FLOOR else "--",
+                    marker=markers[k % len(markers)],
+                    color=colors[k % len(colors)],
+                    label=adapter,
+                    linewidth=2.5 if adapter in OURS else 1,
+                )
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("records" if series == "records" else "record size (bytes)")
