@@ -1595,34 +1595,22 @@ def cmd_copy(args: argparse.Namespace) -> int:
         raise CliError("--alignment", f"must be a power of two in [8, 65536], not {alignment}")
     refuse_overwrite(args.output, args.force)
     skipped: list[tuple[int, str]] = []
+
+    def leave_out(i: int, error: evs.FormatError) -> None:
+        reason = without_index(error.reason, i)
+        if not args.skip_bad:
+            raise CliError(
+                args.file,
+                f"record {i}: {reason} (--skip-bad leaves such records out)",
+                EXIT_PROBLEMS,
+            )
+        skipped.append((i, reason))
+
     with open_dataset(args.file) as ds:
         options: dict[str, Any] = {}
         if ds.compressed:
             options = {"compression": "zstd", "dictionary": evs.read_dictionary(args.file)}
-        with (
-            output_writer(
-                args.output,
-                append=False,
-                force=args.force,
-                metadata=ds.metadata,
-                alignment=ds.alignment if alignment is None else alignment,
-                **options,
-            ) as writer,
-            progress(args, len(ds), "copy", "rec") as bar,
-        ):
-            for i in range(len(ds)):
-                bar.update()
-                try:
-                    writer.append_raw(ds.raw(i), ds.alignment)
-                except evs.FormatError as exc:
-                    reason = without_index(exc.reason, i)
-                    if not args.skip_bad:
-                        raise CliError(
-                            args.file,
-                            f"record {i}: {reason} (--skip-bad leaves such records out)",
-                            EXIT_PROBLEMS,
-                        ) from None
-                    skipped.append((i, reason))
+        copy_records(ds, args, "copy", on_bad=leave_out, alignment=alignment, **options)
         copied = len(ds) - len(skipped)
     if args.json:
         out = {
@@ -1687,28 +1675,47 @@ def cmd_compress(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def copy_records(ds: evs.Dataset, args: argparse.Namespace, what: str, **options: Any) -> None:
-    """Write every record of ``ds`` to args.output (a new file) with Writer ``options``."""
+def copy_records(
+    ds: evs.Dataset,
+    args: argparse.Namespace,
+    what: str,
+    on_bad: Callable[[int, evs.FormatError], None] | None = None,
+    alignment: int | None = None,
+    **options: Any,
+) -> None:
+    """Write every record of ``ds`` to args.output (a new file) with Writer ``options``,
+    and ``ds``'s alignment unless ``alignment`` is given."""
     with (
         output_writer(
             args.output,
             append=False,
             force=args.force,
             metadata=ds.metadata,
-            alignment=ds.alignment,
+            alignment=ds.alignment if alignment is None else alignment,
             **options,
         ) as writer,
         progress(args, len(ds), what, "rec") as bar,
     ):
-        copy_raw(ds, writer, bar)
+        copy_raw(ds, writer, bar, on_bad)
 
 
-def copy_raw(ds: evs.Dataset, writer: evs.Writer, bar: Any) -> None:
+def copy_raw(
+    ds: evs.Dataset,
+    writer: evs.Writer,
+    bar: Any,
+    on_bad: Callable[[int, evs.FormatError], None] | None = None,
+) -> None:
     """Copy every record's payload bytes as they are (exact, and no decoding); only the
-    padding before tensor data changes when the alignments differ."""
+    padding before tensor data changes when the alignments differ. A record that fails its
+    checks stops the copy, unless ``on_bad(index, error)`` is given to decide."""
     for i in range(len(ds)):
-        writer.append_raw(ds.raw(i), ds.alignment)
         bar.update()
+        try:
+            writer.append_raw(ds.raw(i), ds.alignment)
+        except evs.FormatError as exc:
+            if on_bad is None:
+                raise
+            on_bad(i, exc)
 
 
 def _decompress_args(p: argparse.ArgumentParser) -> None:
