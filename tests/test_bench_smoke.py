@@ -18,59 +18,43 @@ from benchmarks.workloads import get_workload
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_quick_benchmark_round_trips_the_same_records(tmp_path):
-    adapters = "floor,npz,evalue_store,evalue_store_noverify,evalue_store_zstd"
+def run_quick(results_dir: Path, *options: str) -> dict:
+    """``benchmarks/run.py --quick`` on the working tree; returns the results JSON."""
     proc = subprocess.run(
         [
             sys.executable,
             str(ROOT / "benchmarks" / "run.py"),
             "--quick",
-            "--check",
-            "--adapters",
-            adapters,
-            "--workloads",
-            "W1,W2,W3",
+            *options,
             "--library",
             "worktree",
             "--results-dir",
-            str(tmp_path),
+            str(results_dir),
         ],
         capture_output=True,
         text=True,
         timeout=600,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return json.loads((results_dir / "quick.json").read_text())
+
+
+def test_quick_benchmark_round_trips_the_same_records(tmp_path):
+    adapters = "floor,npz,evalue_store,evalue_store_noverify,evalue_store_zstd"
+    results = run_quick(tmp_path, "--check", "--adapters", adapters, "--workloads", "W1,W2,W3")
     report = (tmp_path / "quick.md").read_text()
     for name in adapters.split(","):
         assert f"| {name} |" in report, name
-    table = readme_table(json.loads((tmp_path / "quick.json").read_text()), "W1")
+    table = readme_table(results, "W1")
     assert len(table.splitlines()) == 2 + len(adapters.split(","))
     assert "| **evalue_store** `verify=False` |" in table
-    ratios = readme_ratios(json.loads((tmp_path / "quick.json").read_text()), "W1")
+    ratios = readme_ratios(results, "W1")
     assert "| **evalue_store** zstd / best peer |" in ratios and "| *best peer* | npz |" in ratios
 
 
 def test_quick_scaling_reports_every_point(tmp_path):
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "run.py"),
-            "--quick",
-            "--adapters",
-            "floor,evalue_store",
-            "--workloads",
-            "scaling",
-            "--library",
-            "worktree",
-            "--results-dir",
-            str(tmp_path),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    report = json.loads((tmp_path / "quick.json").read_text())["scaling"]
+    options = ("--adapters", "floor,evalue_store", "--workloads", "scaling")
+    report = run_quick(tmp_path, *options)["scaling"]
     for series, key in (("records", "get_p50_us"), ("sizes_results", "write_mb_s")):
         for adapter in ("floor", "evalue_store"):
             points = report[series][adapter]
