@@ -30,6 +30,7 @@ class Adapter(ABC):
     zero_copy: bool = False
     packages: tuple[str, ...] = ()  # distributions whose versions go into the results
     notes: str = ""
+    n: int = 0  # records, once opened (the default scan() reads 0..n-1)
 
     def __init__(self, fields: tuple[Field, ...]):
         self.fields = fields
@@ -46,8 +47,11 @@ class Adapter(ABC):
     def get_many(self, indices: Sequence[int]) -> list[Record]:
         return [self.get(int(i)) for i in indices]
 
-    @abstractmethod
-    def scan(self) -> Iterator[Record]: ...
+    def scan(self) -> Iterator[Record]:
+        """Every record in order. This default, for formats without a sequential reader of
+        their own, gets them one by one; it needs ``self.n``, the record count."""
+        for i in range(self.n):
+            yield self.get(i)
 
     @abstractmethod
     def close(self) -> None:

@@ -3,7 +3,7 @@ fixed-width bytes array. Only works for fixed-shape fields, which is the point."
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -54,10 +54,6 @@ class Floor(Adapter):
             else:
                 out.append(col[i].decode())
         return out
-
-    def scan(self) -> Iterator[Record]:
-        for i in range(self.n):
-            yield self.get(i)
 
     def close(self) -> None:
         self.columns = []

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
@@ -48,10 +48,6 @@ class Npz(Adapter):
                 else:
                     out.append(value)
         return out
-
-    def scan(self) -> Iterator[Record]:
-        for i in range(self.n):
-            yield self.get(i)
 
     def close(self) -> None:
         self.n = 0

@@ -10,7 +10,7 @@ is capped at 100 MB. ``save_file`` takes the whole dataset as one dict in memory
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -60,10 +60,6 @@ class Safetensors(Adapter):
                 value = value.tobytes().decode()
             out.append(value)
         return out
-
-    def scan(self) -> Iterator[Record]:
-        for i in range(self.n):
-            yield self.get(i)
 
     def close(self) -> None:
         self.file = None
