@@ -397,3 +397,21 @@ def test_exception_in_with_block_discards_uncommitted_records(tmp_path, options)
         assert w.salvage is None
         w.append([5])
     assert [r[0] for r in evs.open(path)] == [1, 2, 5]
+
+
+@pytest.mark.parametrize("options", [{}, {"backend": "pread"}, {"compression": "zstd"}])
+def test_a_scan_of_a_dataset_closed_midway_raises_value_error(tmp_path, options):
+    path = tmp_path / "closing.evs"
+    compression = options.get("compression")
+    with evs.Writer(path, compression=compression) as w:
+        w.extend([np.arange(i % 7), i] for i in range(2000))
+    open_options = {k: v for k, v in options.items() if k == "backend"}
+    ds = evs.open(path, **open_options)
+    it = iter(ds)
+    kept = [next(it) for _ in range(700)]
+    ds.close()
+    with pytest.raises(ValueError, match="dataset is closed"):
+        for _ in range(2000):
+            next(it)
+    assert [r[1] for r in kept] == list(range(700))
+    assert kept[699][0].tolist() == list(range(699 % 7))

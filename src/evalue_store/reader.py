@@ -472,9 +472,17 @@ class Dataset:
 
     def __iter__(self) -> Iterator[list]:
         self._ensure_open()
-        if not isinstance(self._source, _MmapSource):
-            yield from self._scan_by_chunks()
-            return
+        try:
+            if isinstance(self._source, _MmapSource):
+                yield from self._scan_mapped()
+            else:
+                yield from self._scan_by_chunks()
+        except AttributeError:
+            if self._source is None:  # closed during the scan: records handed out stay valid
+                raise ValueError(f"{self.path}: dataset is closed") from None
+            raise
+
+    def _scan_mapped(self) -> Iterator[list]:
         first = 0
         for seg in self._segments:
             entries = self._segment_array(seg)
