@@ -641,33 +641,22 @@ class Dataset:
                     f"footer of commit {commit.number - 1} at {commit.prev_footer} is damaged"
                 )
                 return commits
-            for seg in older.segments:
-                if seg.offset not in checked:
-                    checked.add(seg.offset)
-                    try:
-                        good = crc32(self._source.read(seg.offset, seg.count * ENTRY_SIZE))
-                        good = good == seg.crc
-                    except FormatError:
-                        good = False
-                    if not good:
+            for offset, length, crc, what in _checksummed_blocks(older):
+                if offset not in checked:
+                    checked.add(offset)
+                    if not self._block_intact(offset, length, crc):
                         report.problems.append(
-                            f"index segment at {seg.offset} of commit {older.number} is damaged"
+                            f"{what} at {offset} of commit {older.number} is damaged"
                         )
-            if older.metadata_length and older.metadata_offset not in checked:
-                checked.add(older.metadata_offset)
-                try:
-                    raw = self._source.read(older.metadata_offset, older.metadata_length)
-                    good = crc32(raw) == older.metadata_crc
-                except FormatError:
-                    good = False
-                if not good:
-                    report.problems.append(
-                        f"metadata block at {older.metadata_offset} of commit {older.number} "
-                        "is damaged"
-                    )
             commit = older
             commits.append(commit)
         return commits
+
+    def _block_intact(self, offset: int, length: int, crc: int) -> bool:
+        try:
+            return crc32(self._source.read(offset, length)) == crc
+        except FormatError:
+            return False
 
     def _verify_padding(self, report: VerifyReport, commits: list[Commit]) -> None:
         """Every byte between blocks must be zero (docs/FORMAT.md section 1). No checksum
@@ -676,10 +665,7 @@ class Dataset:
         blocks = [(0, header_length)]
         for commit in commits:
             blocks.append((commit.footer_offset, commit.end))
-            if commit.metadata_length:
-                metadata = commit.metadata_offset
-                blocks.append((metadata, metadata + commit.metadata_length))
-            blocks += [(seg.offset, seg.offset + seg.count * ENTRY_SIZE) for seg in commit.segments]
+            blocks += [(offset, offset + n) for offset, n, _, _ in _checksummed_blocks(commit)]
         fixed = np.array(blocks, np.int64)
         entries = self.entries()
         records = entries["offset"].astype(np.int64)
@@ -705,6 +691,18 @@ class Dataset:
     def __repr__(self) -> str:
         state = "closed" if self._source is None else f"{self._len} records"
         return f"<evalue_store.Dataset {self.path!r} {state}>"
+
+
+def _checksummed_blocks(commit: Commit) -> list[tuple[int, int, int, str]]:
+    """(offset, length, crc32, name) of the index segments and metadata block a footer names."""
+    blocks = [
+        (seg.offset, seg.count * ENTRY_SIZE, seg.crc, "index segment") for seg in commit.segments
+    ]
+    if commit.metadata_length:
+        blocks.append(
+            (commit.metadata_offset, commit.metadata_length, commit.metadata_crc, "metadata block")
+        )
+    return blocks
 
 
 def open_dataset(
