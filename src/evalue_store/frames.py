@@ -309,6 +309,7 @@ class PlainSink:
         self.pos = pos  # logical end, including the buffer
         self.buf = bytearray(self.FLUSH_BYTES)  # allocated once: [0, fill) waits for a write(2)
         self.fill = 0
+        self.marker: tuple[int, bytes] | None = None  # (file offset, bytes) of the last footer
 
     def write(self, data: Any, size: int) -> None:
         if size >= self.DIRECT_BYTES:
@@ -343,7 +344,10 @@ class PlainSink:
                 pwrite_all(self.fd, view[: self.fill], self.pos - self.fill)
             self.fill = 0
 
-    def end_commit(self) -> None:
+    def end_commit(self, footer: bytes, sync: Any) -> None:
+        """Write the footer (the last ``len(footer)`` logical bytes): the commit's marker,
+        whose presence in the file makes the commit visible."""
+        self.marker = (self.pos - len(footer), footer)
         self.flush()
 
     @property
@@ -388,6 +392,7 @@ class ZstdSink:
         self.dctx = new_decompressor(dict_data)
         self.pending = bytearray()  # logical bytes of the frame being built
         self.split = frame_size
+        self.marker: tuple[int, bytes] | None = None  # as PlainSink.marker: the seek table
 
     def write(self, data: Any, size: int) -> None:
         view = memoryview(data).cast("B")
@@ -440,10 +445,15 @@ class ZstdSink:
         self.pos = pos
         return True
 
-    def end_commit(self) -> None:
-        """Close the open frame and write the seek table that makes this commit findable."""
+    def end_commit(self, footer: bytes, sync: Any) -> None:
+        """Close the frame holding the footer, make it durable (``sync``), then write the
+        seek table: the commit's marker, which makes the frames before it findable. A table
+        written with its footer frame could survive a power cut without it."""
+        self.marker = None
         self.flush()
+        sync()
         table = encode_seek_table(self.csizes, self.dsizes, self.checksums)
+        self.marker = (self.physical, table)
         pwrite_all(self.fd, memoryview(table), self.physical)
         self.physical += len(table)
         # The next commit's table lists this one as an empty frame.

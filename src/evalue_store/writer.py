@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import mmap
 import os
+import stat
 import struct
+import threading
 import time
+import warnings
+import weakref
 import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -39,7 +44,8 @@ from .container import (
     parse_header,
     scan_frames,
 )
-from .errors import EncodeError, FormatError, WriterLockedError
+from .errors import EncodeError, FormatError
+from .files import create_temp, fsync_dir, open_locked, replace_locked
 from .frames import (
     DEFAULT_CACHE_BYTES,
     DEFAULT_FRAME_SIZE,
@@ -55,37 +61,6 @@ from .seekable import EMPTY_CHECKSUM, frame_extent
 
 MERGE_FANOUT = 4  # merge the newest index segments when this many share a level
 MIN_FRAME_SIZE = 256  # below this, per-frame overhead outweighs the record; 1 record per frame
-
-
-def _lock(fd: int, path: str) -> None:
-    """Take the file's exclusive writer lock without waiting (flock on POSIX)."""
-    try:
-        import fcntl
-    except ImportError:  # Windows: lock the first byte instead
-        import msvcrt
-
-        try:
-            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
-        except OSError:
-            raise WriterLockedError(f"{path}: another writer has this file open") from None
-        return
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        raise WriterLockedError(f"{path}: another writer has this file open") from None
-
-
-def _fsync_dir(path: str) -> None:
-    try:
-        fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
-    except OSError:
-        return  # not possible on every platform; the file's own fsync still happened
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def _encode_metadata(metadata: dict | None) -> bytes:
@@ -124,6 +99,7 @@ def _side_file(path: str, keep: int, data: Any) -> str:
         out.write(data)
         out.flush()
         os.fsync(out.fileno())
+    fsync_dir(side)  # the bytes are cut from the container next: their new name must last
     return side
 
 
@@ -264,6 +240,36 @@ class _ZstdFile:
         return found, keep, kept
 
 
+_LIVE_WRITERS: weakref.WeakSet = weakref.WeakSet()
+
+
+def _disown_writers() -> None:
+    """In a forked child, writers inherited from the parent share its descriptor and lock:
+    using one would interleave the two processes' bytes. They refuse to, and closing or
+    collecting them leaves the parent's file alone."""
+    for writer in list(_LIVE_WRITERS):
+        writer._foreign = True
+        writer._failed = (
+            f"this Writer belongs to process {writer._pid} (it was inherited by fork); "
+            "open the file in this process instead"
+        )
+
+
+os.register_at_fork(after_in_child=_disown_writers)
+
+
+def _serialized(method: Any) -> Any:
+    """Run a Writer method under the writer's lock: threads may share a Writer, and their
+    appends and commits take turns instead of losing records."""
+
+    @functools.wraps(method)
+    def locked(self: Writer, *args: Any, **kwargs: Any) -> Any:
+        with self._mutex:
+            return method(self, *args, **kwargs)
+
+    return locked
+
+
 def _check_alignment(alignment: int) -> None:
     if alignment & (alignment - 1) or not MIN_ALIGNMENT <= alignment <= MAX_ALIGNMENT:
         raise ValueError(f"alignment must be a power of two in [8, 65536], not {alignment}")
@@ -316,29 +322,48 @@ class Writer:
         self._zstd = dict(level=level, frame_size=frame_size)
         self._fd = -1
         self._failed = ""  # why the writer cannot go on, after a write it could not undo
-        flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_BINARY", 0)
-        if mode == "x":
-            flags |= os.O_EXCL
-        self._fd = os.open(self.path, flags, 0o644)
+        self._inflight: Commit | None = None  # a commit whose footer write has begun
+        self._mutex = threading.RLock()
+        self._pid = os.getpid()
+        self._foreign = False  # inherited by a forked child: never touch the file
+        _LIVE_WRITERS.add(self)
+        if mode == "w" and os.path.lexists(self.path):
+            self._replace(alignment, compression, dictionary)
+            return
+        flags = os.O_RDWR | os.O_CREAT | (os.O_EXCL if mode != "a" else 0)
+        self._fd = open_locked(self.path, flags)
         try:
-            _lock(self._fd, self.path)
             size = os.fstat(self._fd).st_size
-            if mode == "a" and size:
+            if size:
                 self._open_existing(size, metadata is not None)
             else:
-                self._create(alignment, size, compression, dictionary)
+                self._create(alignment, compression, dictionary)
+                if self.durable:
+                    fsync_dir(self.path)
         except BaseException:
             os.close(self._fd)
             self._fd = -1
             raise
 
+    def _replace(self, alignment: int, compression: str | None, dictionary: bytes | None) -> None:
+        """Mode "w" over an existing file: build the new, empty container as a new inode and
+        rename it over the old one. Truncating in place would kill every reader that maps
+        the old file (SIGBUS); this way they keep reading the old data."""
+        old_mode = stat.S_IMODE(os.stat(self.path).st_mode)
+        self._fd, temp = create_temp(self.path, old_mode)
+        try:
+            self._create(alignment, compression, dictionary)
+            replace_locked(temp, self.path, durable=self.durable)
+        except BaseException:
+            os.close(self._fd)
+            self._fd = -1
+            os.unlink(temp)
+            raise
+
     # ------------------------------------------------------------------ setup
 
-    def _create(
-        self, alignment: int, size: int, compression: str | None, dictionary: bytes | None
-    ) -> None:
-        if size:
-            os.ftruncate(self._fd, 0)
+    def _create(self, alignment: int, compression: str | None, dictionary: bytes | None) -> None:
+        """Write the header and the first (empty) commit into the empty file at ``_fd``."""
         self.alignment = alignment
         self.file_id = new_file_id()
         writer_info = f"evalue_store {__version__}"
@@ -359,8 +384,8 @@ class Writer:
         self._commit = empty_commit(len(header))
         self._sink.write(header, len(header))
         self._metadata_dirty = True
-        self.commit(force=True)
-        _fsync_dir(self.path)
+        self._committed_size = 0
+        self._commit_now()
 
     def _open_existing(self, size: int, new_metadata: bool) -> None:
         with open(self.path, "rb") as probe:
@@ -391,7 +416,7 @@ class Writer:
         for offset, length, crc in state.found:
             self._pending += ENTRY.pack(offset, length, crc, 0)
         if state.found or self._commit.number == 0:
-            self.commit(force=True)  # salvaged records become durable before anything new
+            self._commit_now()  # salvaged records become durable before anything new
 
     # ------------------------------------------------------------------ writing
 
@@ -411,6 +436,8 @@ class Writer:
     def _check_open(self) -> None:
         if self._fd < 0:
             raise ValueError(f"{self.path}: writer is closed")
+        if self._inflight is not None and not self._foreign:
+            self._settle_inflight()
         if self._failed:
             raise ValueError(f"{self.path}: {self._failed}")
 
@@ -428,6 +455,7 @@ class Writer:
                 "the last commit are lost: reopen the file with mode='a'"
             )
 
+    @_serialized
     def append(self, record: Sequence[Any]) -> int:
         """Append one record (a list of values); returns its index. Visible after commit()."""
         self._check_open()
@@ -447,6 +475,7 @@ class Writer:
         pending += ENTRY.pack(offset, length, crc, 0)
         return self._commit.record_count + len(pending) // ENTRY_SIZE - 1
 
+    @_serialized
     def append_raw(self, payload: Any, alignment: int | None = None) -> int:
         """Append a record given as its encoded payload (what ``Dataset.raw`` returns);
         returns its index. The payload is checked first (FormatError if malformed).
@@ -479,11 +508,13 @@ class Writer:
         self._pending += ENTRY.pack(offset, length, crc, 0)
         return len(self) - 1
 
+    @_serialized
     def extend(self, records: Iterable[Sequence[Any]]) -> None:
         """Append every record of an iterable."""
         for record in records:
             self.append(record)
 
+    @_serialized
     def set_metadata(self, metadata: dict | None) -> None:
         """Replace the file's metadata at the next commit (None removes it)."""
         self._check_open()
@@ -522,42 +553,50 @@ class Writer:
             level += 1
         return tuple(kept), data, level
 
+    @_serialized
     def commit(self, force: bool = False) -> None:
         """Make every appended record durable and visible to readers.
 
-        Order: record data is flushed and fsynced first, then the index segment and the
-        footer are written and fsynced, so a footer never points at data that is not on disk.
+        If this raises (an interrupt, a failed fsync), the commit either took effect as a
+        whole or not at all; the writer then refuses to go on (reopen with mode="a"), and
+        ``abort()``, as leaving a ``with`` block by the exception does, never cuts off a
+        commit that took effect.
         """
         self._check_open()
-        if not (self._pending or self._metadata_dirty or force):
-            return
-        self._sink.flush()
-        if self.durable:
-            os.fsync(self._fd)
-        segments, pending = self._commit.segments, bytes(self._pending)
+        if self._pending or self._metadata_dirty or force:
+            self._commit_now()
+
+    def _commit_now(self) -> None:
+        """The commit protocol (docs/FORMAT.md, "Commit protocol").
+
+        fsync orders nothing within the writes it covers: after a power cut, any subset of
+        the pages written since the last fsync may have reached the disk. So everything the
+        footer points at (records, index segment, metadata) is fsynced before the footer is
+        written; the footer is then written and fsynced on its own. A crash at any instant
+        leaves either the new footer with all it points at, or no valid new footer.
+        """
+        pending = bytes(self._pending)
+        segments = self._commit.segments
         if pending:
             kept, data, level = self._index_segments(pending)
             offset = self._block(data, granule=ENTRY_SIZE)
             segments = kept + (Segment(offset, len(data) // ENTRY_SIZE, crc32(data), level),)
-        meta_off, meta_len, meta_crc = (
-            self._commit.metadata_offset,
-            self._commit.metadata_length,
-            self._commit.metadata_crc,
-        )
+        c = self._commit
+        meta_off, meta_len, meta_crc = c.metadata_offset, c.metadata_length, c.metadata_crc
         if self._metadata_dirty:
             meta = self._metadata_bytes
-            meta_off, meta_len, meta_crc = (
-                (self._block(meta) if meta else 0),
-                len(meta),
-                crc32(meta),
-            )
+            meta_off = self._block(meta) if meta else 0
+            meta_len, meta_crc = len(meta), crc32(meta)
+        self._sink.flush()
+        self._sync()  # what the footer will point at is on disk before the footer is written
         footer_offset = self._align()
+        count = c.record_count + len(pending) // ENTRY_SIZE
         commit = Commit(
-            self._commit.number + 1,
-            self._commit.record_count + len(pending) // ENTRY_SIZE,
+            c.number + 1,
+            count,
             footer_offset,
             0,
-            self._commit.footer_offset,
+            c.footer_offset,
             meta_off,
             meta_len,
             meta_crc,
@@ -565,35 +604,84 @@ class Writer:
         )
         footer = encode_footer(footer_offset, self.file_id, commit)
         self._block(footer)
-        self._sink.end_commit()
+        # From here until _adopt returns, an exception (a signal's, a failed write's) may
+        # leave the commit visible to readers or not: _settle_inflight finds out which.
+        self._inflight = replace(commit, end=footer_offset + len(footer))
+        self._sink.end_commit(footer, self._sync)
+        self._adopt(self._inflight)
+        self._sync()
+
+    def _sync(self) -> None:
         if self.durable:
             os.fsync(self._fd)
-        self._commit = replace(commit, end=footer_offset + len(footer))
-        self._committed_size = self._sink.physical_end
+
+    def _adopt(self, commit: Commit) -> None:
+        """Record ``commit`` as the last one. Idempotent, so that it can be redone when an
+        interrupt cut it short; ``_inflight`` is cleared last."""
+        offset, marker = self._sink.marker
+        self._commit = commit
+        self._committed_size = offset + len(marker)
         self._pending.clear()
         self._metadata_dirty = False
+        self._inflight = None
 
+    def _settle_inflight(self) -> bool | None:
+        """After an exception inside the commit protocol: did the commit take effect?
+
+        It did exactly when the bytes that make it visible to readers (the footer; for a
+        compressed file, the seek table) are all in the file; it is then adopted, so that
+        abort() keeps it. None: the file could not be read to tell.
+        """
+        marker = self._sink.marker
+        visible: bool | None = False
+        if marker is not None:
+            offset, data = marker
+            try:
+                visible = os.pread(self._fd, len(data), offset) == bytes(data)
+            except OSError:
+                visible = None
+        outcome = {True: "took effect", False: "did not take effect", None: "may have taken effect"}
+        self._failed = (
+            f"a commit was interrupted and {outcome[visible]}; reopen the file with mode='a' "
+            "to go on"
+        )
+        if visible:
+            self._adopt(self._inflight)
+        elif visible is False:
+            self._inflight = None
+        return visible
+
+    @_serialized
     def abort(self) -> None:
         """Discard the records appended since the last commit and release the file.
 
         The file is cut back to its last commit, so they do not come back as a salvageable
         tail. Leaving a ``with`` block by an exception aborts; leaving it normally commits.
+        A commit that was interrupted but took effect is kept (see ``commit``).
         """
         if self._fd < 0:
             return
         try:
+            if self._foreign:
+                return  # a forked child's copy: the file is its parent's to cut
+            if self._inflight is not None and self._settle_inflight() is None:
+                return  # cannot tell where the last commit ends: cut nothing
             os.ftruncate(self._fd, self._committed_size)
         finally:
             os.close(self._fd)
             self._fd = -1
 
+    @_serialized
     def close(self) -> None:
         """Commit and release the file (and its lock)."""
         if self._fd < 0:
             return
+        if self._inflight is not None and not self._foreign:
+            self._settle_inflight()
         if self._failed:
+            reason = self._failed
             self.abort()
-            raise ValueError(f"{self.path}: {self._failed}")
+            raise ValueError(f"{self.path}: {reason}")
         try:
             self.commit()
         finally:
@@ -609,11 +697,28 @@ class Writer:
         else:
             self.abort()
 
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        raise TypeError(
+            f"a Writer cannot be pickled or copied: it owns the lock and descriptor of "
+            f"{self.path}; pass the path and open a Writer where it is needed"
+        )
+
     def __del__(self) -> None:
-        # A forgotten writer still releases its descriptor; it does not commit from a finalizer.
-        if getattr(self, "_fd", -1) >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        # A forgotten writer releases its descriptor but does not commit from a finalizer:
+        # what it appended since its last commit is lost, so say so, as files do.
+        if getattr(self, "_fd", -1) < 0:
+            return
+        if not self._foreign:
+            lost = len(self._pending) // ENTRY_SIZE
+            warnings.warn(
+                f"{self.path}: Writer was never closed; {lost} records appended since its last "
+                "commit are not committed (use `with evs.Writer(...)` or call close())",
+                ResourceWarning,
+                source=self,
+                stacklevel=2,
+            )
+        os.close(self._fd)
+        self._fd = -1
 
 
 def recover(path: str | os.PathLike) -> Salvage:

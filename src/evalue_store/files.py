@@ -1,0 +1,115 @@
+"""File operations the durability promises rest on (docs/THREAT_MODEL.md).
+
+- One writer per file: an exclusive ``flock`` on the open file, taken without waiting, and
+  checked against the path afterwards so that a writer never ends up holding the lock of an
+  inode that another process has just replaced.
+- A file that readers may have mapped is never truncated or rewritten in place: it is
+  replaced by a new inode (``os.replace``), while its lock is held, so that no writer can
+  start on the old inode meanwhile.
+- After a file is created or renamed, its directory is fsynced, or the new name may not
+  survive a power cut although the file's own data did.
+
+POSIX only: reads and writes use ``os.pread``/``os.pwrite`` and the lock is ``flock``.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import tempfile
+
+from .errors import WriterLockedError
+
+# Errors from fsync on a directory that mean "this filesystem does not do that", not "the
+# data may be lost": the file's own fsync is all such a filesystem offers.
+_DIR_FSYNC_UNSUPPORTED = {errno.EINVAL, errno.ENOTSUP, errno.EBADF}
+
+
+def lock(fd: int, path: str) -> None:
+    """Take the file's exclusive writer lock without waiting, or raise WriterLockedError."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise WriterLockedError(f"{path}: another writer has this file open") from None
+
+
+def _same_file(fd: int, path: str) -> bool:
+    try:
+        named = os.stat(path)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(fd)
+    return (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)
+
+
+def open_locked(path: str, flags: int, mode: int = 0o644) -> int:
+    """Open ``path`` with ``flags`` and hold its writer lock; returns the descriptor.
+
+    Between the open and the lock another process may replace the file (a ``mode="w"``
+    writer, a CLI ``--force``): the lock would then guard an inode nobody reads any more, and
+    every commit would vanish with it. So the path is checked to still name the locked inode,
+    and the open is retried if it does not.
+    """
+    for _ in range(100):
+        fd = os.open(path, flags, mode)
+        try:
+            lock(fd, path)
+            if _same_file(fd, path):
+                return fd
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
+        if flags & os.O_EXCL:  # we created it and someone replaced it at once: theirs now
+            raise WriterLockedError(f"{path}: replaced by another process while opening")
+    raise WriterLockedError(f"{path}: replaced by other processes over and over while opening")
+
+
+def fsync_dir(path: str) -> None:
+    """fsync the directory holding ``path``, so that its entry (new or renamed) is durable."""
+    fd = os.open(os.path.dirname(os.path.abspath(path)) or ".", os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        if exc.errno not in _DIR_FSYNC_UNSUPPORTED:
+            raise
+    finally:
+        os.close(fd)
+
+
+def create_temp(path: str, mode: int) -> tuple[int, str]:
+    """A new, empty file beside ``path`` (same filesystem, so a rename can replace ``path``
+    with it), with permission bits ``mode``, opened read-write and locked: (fd, its name)."""
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, temp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".new", dir=directory)
+    try:
+        os.fchmod(fd, mode)
+        lock(fd, temp)
+    except BaseException:
+        os.close(fd)
+        os.unlink(temp)
+        raise
+    return fd, temp
+
+
+def replace_locked(source: str, path: str, *, durable: bool = True) -> None:
+    """Rename ``source`` over ``path`` unless a live writer holds ``path``.
+
+    Raises WriterLockedError (and leaves both files alone) when a Writer has ``path`` open:
+    replacing it would send that writer's later commits to an unlinked inode. ``path``'s
+    lock is held across the rename, and the directory is fsynced after it.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        fd = -1
+    try:
+        if fd >= 0:
+            lock(fd, path)
+        os.replace(source, path)
+        if durable:
+            fsync_dir(path)
+    finally:
+        if fd >= 0:
+            os.close(fd)
