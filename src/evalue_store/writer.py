@@ -341,8 +341,7 @@ class Writer:
                 if self.durable:
                     fsync_dir(self.path)
         except BaseException:
-            os.close(self._fd)
-            self._fd = -1
+            self._release()
             raise
 
     def _replace(self, alignment: int, compression: str | None, dictionary: bytes | None) -> None:
@@ -355,8 +354,7 @@ class Writer:
             self._create(alignment, compression, dictionary)
             replace_locked(temp, self.path, durable=self.durable)
         except BaseException:
-            os.close(self._fd)
-            self._fd = -1
+            self._release()
             os.unlink(temp)
             raise
 
@@ -668,8 +666,7 @@ class Writer:
                 return  # cannot tell where the last commit ends: cut nothing
             os.ftruncate(self._fd, self._committed_size)
         finally:
-            os.close(self._fd)
-            self._fd = -1
+            self._release()
 
     @_serialized
     def close(self) -> None:
@@ -685,8 +682,14 @@ class Writer:
         try:
             self.commit()
         finally:
-            os.close(self._fd)
-            self._fd = -1
+            self._release()
+
+    def _release(self) -> None:
+        """Close the descriptor, forgetting it first: an interrupt after close(2) must not
+        leave a number that a later close would take from whoever reuses it."""
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            os.close(fd)
 
     def __enter__(self) -> Writer:
         return self
@@ -717,8 +720,7 @@ class Writer:
                 source=self,
                 stacklevel=2,
             )
-        os.close(self._fd)
-        self._fd = -1
+        self._release()
 
 
 def recover(path: str | os.PathLike) -> Salvage:

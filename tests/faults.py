@@ -1,0 +1,72 @@
+"""Interrupts at syscall boundaries, for the signal tests.
+
+A Python signal handler (SIGINT's KeyboardInterrupt, a SIGTERM handler that raises
+SystemExit) runs between two bytecodes, so its exception can surface right before or right
+after any system call the library makes. ``interrupt_at(n)`` raises it exactly there: at the
+n-th call, counted over the file-system calls below, before the call or after it returned.
+``count_calls`` says how many boundaries an operation has, so a test can try every one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+# (module, name) of every call the library's durability depends on.
+CALLS = [(os, n) for n in ("open", "close", "pwrite", "write", "pread", "fsync", "ftruncate",
+                           "replace", "rename", "unlink", "fstat", "stat")] + [(fcntl, "flock")]
+
+
+class _Counter:
+    def __init__(self, target: int | None, when: str, exc: type[BaseException]):
+        self.calls = 0
+        self.target = target
+        self.when = when
+        self.exc = exc
+        self.fired = False
+
+    def wrap(self, real: Callable) -> Callable:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self.calls += 1
+            hit = not self.fired and self.calls == self.target
+            if hit and self.when == "before":
+                self.fired = True
+                raise self.exc()
+            result = real(*args, **kwargs)
+            if hit:
+                self.fired = True
+                raise self.exc()
+            return result
+
+        return call
+
+
+@contextlib.contextmanager
+def _patched(counter: _Counter) -> Iterator[_Counter]:
+    saved = [(mod, name, getattr(mod, name)) for mod, name in CALLS]
+    try:
+        for mod, name, real in saved:
+            setattr(mod, name, counter.wrap(real))
+        yield counter
+    finally:
+        for mod, name, real in saved:
+            setattr(mod, name, real)
+
+
+def interrupt_at(
+    n: int, when: str = "after", exc: type[BaseException] = KeyboardInterrupt
+) -> contextlib.AbstractContextManager[_Counter]:
+    """Raise ``exc`` at the ``n``-th call (1-based), ``before`` it or ``after`` it returned.
+    ``counter.fired`` says whether it was reached."""
+    assert when in ("before", "after")
+    return _patched(_Counter(n, when, exc))
+
+
+def count_calls(operation: Callable[[], Any]) -> int:
+    """How many of the calls above ``operation`` makes (run it on a scratch copy)."""
+    with _patched(_Counter(None, "after", KeyboardInterrupt)) as counter:
+        operation()
+    return counter.calls
