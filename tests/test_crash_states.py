@@ -1,0 +1,147 @@
+"""Power loss during commits: every crash state of the commit protocol keeps every commit
+that returned (docs/THREAT_MODEL.md, "Power loss"). tools/crash_states.py runs the long form.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import evalue_store as evs
+
+from .crashsim import crash_points, crash_states, expected_count, markers, record
+
+
+def sample(i: int) -> list:
+    """Record i of every workload: a pure function of its index, so any read can be checked."""
+    values = [np.arange(i % 37 + 1, dtype=np.int64) * i, f"r{i}", float(i)]
+    if i % 5 == 0:
+        values.append(np.full(1500, i, dtype=np.float32))  # spans pages
+    return values
+
+
+def same(got: list, want: list) -> bool:
+    if len(got) != len(want):
+        return False
+    for a, b in zip(got, want):
+        if isinstance(b, np.ndarray):
+            if not (isinstance(a, np.ndarray) and a.dtype == b.dtype and np.array_equal(a, b)):
+                return False
+        elif a != b:
+            return False
+    return True
+
+
+def workload(path: str, compression: str | None, big: bool = False, scale: int = 1):
+    """Commits of many sizes (index segments merge), a metadata change, a reopen with
+    mode "a", an aborted batch and, with ``big``, a record written past the write buffer.
+    ``scale`` multiplies the records per commit."""
+
+    def run(returned) -> None:
+        with evs.Writer(path, compression=compression, metadata={"k": 0}) as w:
+            returned(w)
+            for c in range(7):
+                for _ in range((c % 3 + 1) * scale):
+                    w.append(sample(len(w)))
+                if c == 4:
+                    w.set_metadata({"k": c})
+                w.commit()
+                returned(w)
+        with evs.Writer(path, "a") as w:
+            if big:
+                w.append([np.zeros(300_000, np.float32) + len(w)])
+                w.commit()
+                returned(w)
+            w.append(sample(len(w)))
+        returned(w)
+        try:
+            with evs.Writer(path, "a") as w:
+                w.extend([[np.full(100, -1.0)]] * 3)
+                raise RuntimeError("abandon the batch")
+        except RuntimeError:
+            pass
+        with evs.Writer(path, "a") as w:
+            w.append(sample(len(w)))
+            w.commit()
+            returned(w)
+
+    return run
+
+
+def big_index(scale: int) -> int:
+    """Where the big record goes: after the seven commits of 1, 2, 3, 1, 2, 3, 1 (x scale)."""
+    return 13 * scale
+
+
+def expected_record(i: int, big_at: int | None) -> list:
+    if big_at is not None and i == big_at:
+        return [np.zeros(300_000, np.float32) + i]
+    return sample(i)
+
+
+def check_image(image: bytes, want: int, folder: Path, big_at: int | None) -> None:
+    """The promise for one crash state; ``want`` = records of the newest surviving commit."""
+    path = folder / "state.evs"
+    path.write_bytes(image)
+    if want < 0:  # no commit had survived: nothing to keep, only no crash and a clear error
+        try:
+            with evs.open(path) as ds:
+                assert len(ds) == 0
+        except evs.FormatError:
+            pass
+        return
+    with evs.open(path) as ds:
+        assert len(ds) == want, f"opened {len(ds)} records, the newest intact commit has {want}"
+        for i in range(want):
+            assert same(ds[i], expected_record(i, big_at)), f"record {i} differs"
+    copy = folder / "recovered.evs"
+    shutil.copyfile(path, copy)
+    evs.recover(copy)
+    with evs.open(copy) as ds:
+        n = len(ds)
+        assert n >= want
+        for i in range(n):  # salvaged records too: complete ones only, and in order
+            assert same(ds[i], expected_record(i, big_at)), f"recovered record {i} differs"
+    with evs.Writer(copy, "a") as w:
+        w.append(sample(n))
+    with evs.open(copy) as ds:
+        assert len(ds) == n + 1 and same(ds[n], sample(n))
+    for leftover in folder.glob("*.tail-*"):
+        leftover.unlink()
+
+
+def explore(
+    tmp: Path, compression: str | None, subsets: int, seed: int, big: bool = False, scale: int = 1
+) -> tuple[int, int]:
+    """Run the workload, then check every crash state; returns (states, commits)."""
+    path = tmp / ("w.evs.zst" if compression else "w.evs")
+    log = record(str(path), workload(str(path), compression, big, scale))
+    commits = markers(log)
+    big_at = big_index(scale) if big else None
+    rng = random.Random(seed)
+    states = 0
+    work = tmp / "states"
+    work.mkdir()
+    for point in crash_points(log):
+        for image in crash_states(point, rng, subsets):
+            want = expected_count(image, commits)
+            assert want >= point.returned, "a returned commit's marker was not durable"
+            try:
+                check_image(image, want, work, big_at)
+            except BaseException as exc:
+                raise AssertionError(
+                    f"crash after op {point.index} ({log.ops[point.index][0]}), state {states}: "
+                    f"{exc}"
+                ) from exc
+            states += 1
+    return states, len(commits)
+
+
+@pytest.mark.parametrize("compression", [None, "zstd"])
+def test_every_crash_state_keeps_every_returned_commit(tmp_path, compression):
+    states, commits = explore(tmp_path, compression, subsets=12, seed=1, scale=3)
+    assert commits >= 10 and states > 150
