@@ -26,18 +26,18 @@ class _Counter:
         self.target = target
         self.when = when
         self.exc = exc
-        self.fired = False
+        self.fired = ""  # the name of the call it fired at, once it has
 
-    def wrap(self, real: Callable) -> Callable:
+    def wrap(self, name: str, real: Callable) -> Callable:
         def call(*args: Any, **kwargs: Any) -> Any:
             self.calls += 1
             hit = not self.fired and self.calls == self.target
             if hit and self.when == "before":
-                self.fired = True
+                self.fired = name
                 raise self.exc()
             result = real(*args, **kwargs)
             if hit:
-                self.fired = True
+                self.fired = name
                 raise self.exc()
             return result
 
@@ -49,7 +49,7 @@ def _patched(counter: _Counter) -> Iterator[_Counter]:
     saved = [(mod, name, getattr(mod, name)) for mod, name in CALLS]
     try:
         for mod, name, real in saved:
-            setattr(mod, name, counter.wrap(real))
+            setattr(mod, name, counter.wrap(name, real))
         yield counter
     finally:
         for mod, name, real in saved:
@@ -60,7 +60,7 @@ def interrupt_at(
     n: int, when: str = "after", exc: type[BaseException] = KeyboardInterrupt
 ) -> contextlib.AbstractContextManager[_Counter]:
     """Raise ``exc`` at the ``n``-th call (1-based), ``before`` it or ``after`` it returned.
-    ``counter.fired`` says whether it was reached."""
+    ``counter.fired`` names the call it fired at ("" if it was not reached)."""
     assert when in ("before", "after")
     return _patched(_Counter(n, when, exc))
 

@@ -128,12 +128,17 @@ class ZstdSource:
         *,
         cache_bytes: int = DEFAULT_CACHE_BYTES,
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        map_tail: bool = False,
     ):
+        """``map_tail``: map the bytes after the last seek table too (a writer salvaging a
+        tail, which holds the lock). A reader must not: a writer may cut that tail off at
+        any moment, and touching a mapped page past the end of a file kills the process
+        (SIGBUS); the tail is searched with pread instead."""
         self.physical_size = size
-        self.map = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
+        self.table = last_seek_table(_FdSource(fd), size, max_frame_size)
+        self.map = mmap.mmap(fd, size if map_tail else self.table.end, access=mmap.ACCESS_READ)
         try:
-            self.table = last_seek_table(self.map, size, max_frame_size)
-            self.dictionary = read_dictionary(self.map, size)
+            self.dictionary = read_dictionary(self.map, self.table.end)
             dict_data = zstandard.ZstdCompressionDict(self.dictionary) if self.dictionary else None
             try:
                 self.dctx = new_decompressor(dict_data)

@@ -34,6 +34,7 @@ from .frames import DEFAULT_CACHE_BYTES, MAX_FRAME_SIZE, ZstdSource, is_compress
 Index = Union[int, slice, Sequence[int], np.ndarray]
 MAX_LAYOUTS = 1024  # record structures remembered per reader (bounded: lengths may all differ)
 SCAN_CHUNK = 512  # index entries a scan decodes at a time
+OPEN_ATTEMPTS = 5  # opens retried while a writer changes the file's tail underneath
 
 
 def aligned_buffer(size: int, alignment: int) -> np.ndarray:
@@ -161,9 +162,30 @@ class Dataset:
     # ------------------------------------------------------------------ opening
 
     def _load(self) -> None:
-        fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+        """Open the file at its last commit. A writer may be cutting off an uncommitted tail
+        (abort, recovery) while the tail is searched: a FormatError from a file whose size
+        changed meanwhile is that race, and the open is tried again."""
+        for attempt in range(OPEN_ATTEMPTS):
+            fd = os.open(self.path, os.O_RDONLY)
+            try:
+                stat = os.fstat(fd)
+            except BaseException:
+                os.close(fd)
+                raise
+            try:
+                return self._load_from(fd, stat.st_size)  # closes fd
+            except FormatError:
+                now = os.stat(self.path)
+                same = (now.st_size, now.st_mtime_ns, now.st_ino) == (
+                    stat.st_size,
+                    stat.st_mtime_ns,
+                    stat.st_ino,
+                )
+                if same or attempt + 1 == OPEN_ATTEMPTS:
+                    raise
+
+    def _load_from(self, fd: int, size: int) -> None:
         try:
-            size = os.fstat(fd).st_size
             if is_compressed(os.pread(fd, 8, 0)):
                 owned, fd = fd, -1
                 self._load_compressed(owned, size)  # closes the descriptor itself

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import mmap
@@ -163,7 +164,7 @@ class _ZstdFile:
     """
 
     def __init__(self, fd: int, size: int, path: str):
-        source = ZstdSource(fd, size, cache_bytes=DEFAULT_CACHE_BYTES)
+        source = ZstdSource(fd, size, cache_bytes=DEFAULT_CACHE_BYTES, map_tail=True)
         try:
             self.header = parse_header(source.read, source.size)
             source.set_alignment(self.header.alignment)
@@ -355,7 +356,8 @@ class Writer:
             replace_locked(temp, self.path, durable=self.durable)
         except BaseException:
             self._release()
-            os.unlink(temp)
+            with contextlib.suppress(FileNotFoundError):  # gone if the rename happened
+                os.unlink(temp)
             raise
 
     # ------------------------------------------------------------------ setup
