@@ -29,6 +29,7 @@ from .container import (
     FRAME,
     FRAME_MAGIC,
     FRAME_SIZE,
+    MAGIC,
     MAX_ALIGNMENT,
     MAX_METADATA,
     MIN_ALIGNMENT,
@@ -57,8 +58,14 @@ from .frames import (
     dictionary_frame,
     is_compressed,
     pwrite_all,
+    read_dictionary,
 )
-from .seekable import EMPTY_CHECKSUM, frame_extent
+from .seekable import (
+    EMPTY_CHECKSUM,
+    find_last_seek_table,
+    frame_extent,
+    new_decompressor,
+)
 
 MERGE_FANOUT = 4  # merge the newest index segments when this many share a level
 MIN_FRAME_SIZE = 256  # below this, per-frame overhead outweighs the record; 1 record per frame
@@ -271,6 +278,27 @@ def _serialized(method: Any) -> Any:
     return locked
 
 
+def _died_before_first_commit(fd: int, size: int) -> bytes | None:
+    """For a compressed file whose writer died while creating it (its header frame is
+    written, the first seek table is not): the file's dictionary (b"" if none). None for any
+    other file: one with a seek table, or one that does not start with our header."""
+    with mmap.mmap(fd, size, access=mmap.ACCESS_READ) as data:
+        if find_last_seek_table(data, size, max_frame_size=MAX_FRAME_SIZE) is not None:
+            return None
+        dictionary = read_dictionary(data, size)
+        start = 8 + len(dictionary) if dictionary else 0
+        length = frame_extent(data, start, size)
+        if length is None:
+            return None
+        dict_data = zstandard.ZstdCompressionDict(dictionary) if dictionary else None
+        try:
+            reader = new_decompressor(dict_data).stream_reader(data[start : start + length])
+            head = reader.read(len(MAGIC))  # bounded, whatever the frame claims
+        except zstandard.ZstdError:
+            return None
+    return (dictionary or b"") if head == MAGIC else None
+
+
 def _check_alignment(alignment: int) -> None:
     if alignment & (alignment - 1) or not MIN_ALIGNMENT <= alignment <= MAX_ALIGNMENT:
         raise ValueError(f"alignment must be a power of two in [8, 65536], not {alignment}")
@@ -336,7 +364,7 @@ class Writer:
         try:
             size = os.fstat(self._fd).st_size
             if size:
-                self._open_existing(size, metadata is not None)
+                self._open_existing(size, metadata is not None, alignment)
             else:
                 self._create(alignment, compression, dictionary)
                 if self.durable:
@@ -387,9 +415,16 @@ class Writer:
         self._committed_size = 0
         self._commit_now()
 
-    def _open_existing(self, size: int, new_metadata: bool) -> None:
-        with open(self.path, "rb") as probe:
-            compressed = is_compressed(probe.read(8))
+    def _open_existing(self, size: int, new_metadata: bool, alignment: int) -> None:
+        compressed = is_compressed(os.pread(self._fd, 8, 0))
+        if compressed:
+            dictionary = _died_before_first_commit(self._fd, size)
+            if dictionary is not None:  # nothing was ever committed: start it afresh
+                side = _side_file(self.path, 0, os.pread(self._fd, size, 0))
+                os.ftruncate(self._fd, 0)  # no reader can have opened it: it has no commit
+                self._create(alignment, "zstd", dictionary or None)
+                self.salvage = Salvage(0, 0, size, size, side)
+                return
         state: Any = (_ZstdFile if compressed else _PlainFile)(self._fd, size, self.path)
         if state.commit.number >= (1 << 64) - 1:  # a footer's u64 counter cannot go on
             reason = "commit number is at its 64-bit maximum: cannot commit again"

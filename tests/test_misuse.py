@@ -1,0 +1,224 @@
+"""Misuse a new user (or a framework) will try: pickling, copying, threads, forks, mode "w"
+over a file being read, writers never closed, files a writer died creating."""
+
+from __future__ import annotations
+
+import copy
+import gc
+import multiprocessing
+import os
+import pickle
+import subprocess
+import sys
+import textwrap
+import threading
+import warnings
+
+import numpy as np
+import pytest
+
+import evalue_store as evs
+
+
+def rec(i: int) -> list:
+    return [np.arange(3, dtype=np.int64) + i, i]
+
+
+@pytest.mark.parametrize("how", ["pickle", "copy", "deepcopy"])
+def test_a_writer_cannot_be_pickled_or_copied(tmp_path, how):
+    path = tmp_path / "d.evs"
+    with evs.Writer(path) as w:
+        w.append(rec(0))
+        make = {
+            "pickle": lambda: pickle.dumps(w),
+            "copy": lambda: copy.copy(w),
+            "deepcopy": lambda: copy.deepcopy(w),
+        }[how]
+        with pytest.raises(TypeError, match="cannot be pickled or copied"):
+            make()
+        gc.collect()  # nothing half-made may close the writer's descriptor
+        with open(tmp_path / "other.bin", "wb") as other:  # reuses a freed descriptor number
+            w.append(rec(1))
+            w.commit()
+            other.write(b"x")
+    assert (tmp_path / "other.bin").read_bytes() == b"x"
+    with evs.open(path) as ds:
+        assert [r[1] for r in ds] == [0, 1]
+
+
+@pytest.mark.parametrize("compression", [None, "zstd"])
+def test_threads_sharing_a_writer_lose_nothing(tmp_path, compression):
+    path = tmp_path / "d.evs"
+    threads, each = 4, 150
+    with evs.Writer(path, compression=compression) as w:
+
+        def work(t: int) -> None:
+            for k in range(each):
+                w.append([np.full(5, t, np.int32), t * 1000 + k])
+                if k % 25 == 0:
+                    w.commit()
+
+        pool = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
+        for th in pool:
+            th.start()
+        for th in pool:
+            th.join()
+    with evs.open(path) as ds:
+        got = sorted(r[1] for r in ds)
+        assert got == sorted(t * 1000 + k for t in range(threads) for k in range(each))
+        for tokens, key in ds:
+            assert np.array_equal(tokens, np.full(5, key // 1000, np.int32))
+
+
+def _child_misuses(writer: evs.Writer, queue) -> None:
+    try:
+        writer.append(rec(99))
+        queue.put("appended")
+    except ValueError as exc:
+        queue.put(str(exc))
+    try:
+        with writer:
+            raise RuntimeError("the child's job fails: its abort must not cut the parent's file")
+    except RuntimeError:
+        pass
+    del writer
+    gc.collect()
+
+
+def test_a_forked_child_cannot_use_or_cut_its_parents_writer(tmp_path):
+    path = tmp_path / "d.evs"
+    ctx = multiprocessing.get_context("fork")
+    with evs.Writer(path) as w:
+        w.extend(rec(i) for i in range(3))
+        w.commit()
+        w.append(rec(3))  # pending in the parent when the child is forked
+        queue = ctx.Queue()
+        child = ctx.Process(target=_child_misuses, args=(w, queue))
+        child.start()
+        message = queue.get(timeout=30)
+        child.join(30)
+        assert child.exitcode == 0
+        assert "inherited by fork" in message
+        w.append(rec(4))
+    with evs.open(path) as ds:
+        assert [r[1] for r in ds] == [0, 1, 2, 3, 4]
+
+
+READ_WHILE_REPLACED = textwrap.dedent(
+    """
+    import sys, numpy as np, evalue_store as evs
+    path, how = sys.argv[1], sys.argv[2]
+    ds = evs.open(path) if how == "writer" else evs.open_shards(path)
+    before = [ds[i][0].copy() for i in range(len(ds))]
+    if how == "writer":
+        with evs.Writer(path, "w") as w:
+            w.append([np.zeros(1)])
+    else:
+        with evs.ShardWriter(path + "/s-{:03d}.evs", max_records=50, overwrite=True) as w:
+            w.append([np.zeros(1)])
+    for i in range(len(ds)):  # the old mapping: SIGBUS here if the file was cut in place
+        assert np.array_equal(ds[i][0], before[i])
+    print("ok", len(ds))
+    """
+)
+
+
+@pytest.mark.parametrize("how", ["writer", "shards"])
+def test_mode_w_over_a_file_being_read_leaves_the_reader_its_data(tmp_path, how):
+    if how == "writer":
+        target = tmp_path / "d.evs"
+        with evs.Writer(target) as w:
+            w.extend([np.full(4096, i, np.float32)] for i in range(100))
+    else:
+        target = tmp_path
+        with evs.ShardWriter(str(tmp_path / "s-{:03d}.evs"), max_records=50) as w:
+            w.extend([np.full(4096, i, np.float32)] for i in range(100))
+    proc = subprocess.run(
+        [sys.executable, "-c", READ_WHILE_REPLACED, str(target), how],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, f"reader died ({proc.returncode}): {proc.stderr[-2000:]}"
+    assert proc.stdout.split() == ["ok", "100"]
+
+
+def test_mode_w_keeps_the_old_files_permissions(tmp_path):
+    path = tmp_path / "d.evs"
+    with evs.Writer(path) as w:
+        w.append(rec(0))
+    os.chmod(path, 0o600)
+    with evs.Writer(path, "w") as w:
+        w.append(rec(1))
+    assert os.stat(path).st_mode & 0o777 == 0o600
+    assert not [p for p in tmp_path.iterdir() if p.name != "d.evs"]  # no temp left behind
+
+
+def test_mode_w_refuses_a_file_another_writer_holds(tmp_path):
+    path = tmp_path / "d.evs"
+    with evs.Writer(path) as held:
+        held.append(rec(0))
+        held.commit()
+        with pytest.raises(evs.WriterLockedError):
+            evs.Writer(path, "w")
+        held.append(rec(1))
+    with evs.open(path) as ds:
+        assert [r[1] for r in ds] == [0, 1]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.evs"]
+
+
+def test_a_writer_never_closed_warns(tmp_path):
+    path = tmp_path / "d.evs"
+    w = evs.Writer(path)
+    w.append(rec(0))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        del w
+        gc.collect()
+    messages = [str(c.message) for c in caught if c.category is ResourceWarning]
+    assert messages and "never closed" in messages[0] and "1 records" in messages[0]
+    with evs.open(path) as ds:
+        assert len(ds) == 0
+
+
+def _die_at_first_fsync(path: str, dictionary) -> None:
+    os.fsync = lambda fd: os._exit(9)
+    evs.Writer(path, compression="zstd", dictionary=dictionary)
+
+
+@pytest.mark.parametrize("with_dictionary", [False, True])
+def test_a_compressed_file_killed_while_created_can_be_reused(tmp_path, with_dictionary):
+    dictionary = None
+    if with_dictionary:
+        dictionary = evs.train_dictionary([rec(i) + [f"key-{i}"] for i in range(400)], 4096)
+    path = str(tmp_path / "d.evs.zst")
+    ctx = multiprocessing.get_context("fork")
+    child = ctx.Process(target=_die_at_first_fsync, args=(path, dictionary))
+    child.start()
+    child.join(30)
+    assert child.exitcode == 9 and os.path.getsize(path) > 0
+    with pytest.raises(evs.FormatError):
+        evs.open(path)  # it holds no commit
+    report = evs.recover(path)
+    assert report.committed_records == 0 and report.side_file
+    with evs.Writer(path, "a") as w:
+        w.append(rec(0))
+    with evs.open(path) as ds:
+        assert ds.compressed and [r[1] for r in ds] == [0]
+        assert (evs.read_dictionary(path) is not None) == with_dictionary
+
+
+def test_shard_resume_after_a_compressed_shard_died_while_created(tmp_path):
+    pattern = str(tmp_path / "s-{:03d}.evs.zst")
+    with evs.ShardWriter(pattern, max_records=10, compression="zstd") as w:
+        w.extend(rec(i) for i in range(10))
+    ctx = multiprocessing.get_context("fork")
+    child = ctx.Process(target=_die_at_first_fsync, args=(pattern.format(1), None))
+    child.start()
+    child.join(30)
+    assert child.exitcode == 9
+    with evs.ShardWriter(pattern, max_records=10, compression="zstd", resume=True) as w:
+        start = len(w)
+        w.extend(rec(i) for i in range(start, 15))
+    ds = evs.open_shards(str(tmp_path / "s-*.evs.zst"))
+    assert [ds[i][1] for i in range(len(ds))] == list(range(15))
