@@ -37,6 +37,7 @@ import numpy as np
 
 from .container import encode_footer
 from .errors import FormatError
+from .files import fsync_dir
 from .frames import DEFAULT_CACHE_BYTES, MAX_FRAME_SIZE
 from .reader import Dataset, open_dataset
 from .writer import Writer
@@ -102,16 +103,7 @@ def _atomic_write_json(path: str, value: Any, durable: bool = True) -> None:
             pass
         raise
     if durable:
-        try:
-            dfd = os.open(directory, os.O_RDONLY)
-        except OSError:
-            return  # not possible on every platform; the file itself was fsynced
-        try:
-            os.fsync(dfd)
-        except OSError:
-            pass
-        finally:
-            os.close(dfd)
+        fsync_dir(path)
 
 
 def write_manifest(path: PathLike, shards: Sequence[ShardInfo], durable: bool = True) -> str:
