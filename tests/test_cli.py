@@ -766,3 +766,57 @@ def test_compress_decompress_and_dictionary(tmp_path):
     run("verify", by_cli)
     run("decompress", src, "-o", tmp_path / "x.evs", code=2)  # not compressed
     run("dictionary", src, "-o", tmp_path / "y", code=1)  # holds no dictionary
+
+
+# ----------------------------------------------------------------------------- outputs
+
+
+def replacing_commands(tmp_path) -> dict[str, list]:
+    """Arguments (but ``-o OUT --force``) of every command that replaces an output file."""
+    plain, packed = tmp_path / "in.evs", tmp_path / "in.evs.zst"
+    with evs.Writer(plain, metadata={"m": 1}) as w:
+        w.extend(w1_record(i) for i in range(5))
+    with evs.Writer(packed, compression="zstd") as w:
+        w.extend(w1_record(i) for i in range(5))
+    write_npz_dir(tmp_path / "npz", n=3)
+    return {
+        "copy": ["copy", plain],
+        "merge": ["merge", plain, plain],
+        "compress": ["compress", plain],
+        "decompress": ["decompress", packed],
+        "pack": ["pack", tmp_path / "npz"],
+    }
+
+
+def test_force_never_replaces_a_file_a_running_writer_holds(tmp_path):
+    """--force over a live Writer's file would send its later commits to an unlinked inode."""
+    out = tmp_path / "live.evs"
+    for name, args in replacing_commands(tmp_path).items():
+        writer = evs.Writer(out, "w")
+        writer.append([name])
+        writer.commit()
+        before = out.read_bytes()
+        error = run(*args, "-o", out, "--force", code=2, inprocess=True).stderr
+        assert f"{out}: a running writer has this file open" in error, (name, error)
+        assert out.read_bytes() == before, name
+        writer.append(["after"])  # the writer's next commit still reaches the file
+        writer.close()
+        with evs.open(out) as ds:
+            assert ds[:] == [[name], ["after"]], name
+        assert [p for p in os.listdir(tmp_path) if p.endswith(".partial")] == [], name
+
+
+def test_a_writer_that_starts_during_a_run_is_not_replaced_either(tmp_path):
+    """The check before the work is not enough: a writer may open OUT while the copy runs."""
+    out = tmp_path / "out.evs"
+    with evs.Writer(out) as w:
+        w.append(["old"])
+    with pytest.raises(cli.CliError, match="a running writer has this file open"):
+        with cli.output_writer(str(out), append=False, force=True, metadata=None) as writer:
+            writer.append(["new"])
+            late = evs.Writer(out, "a")
+    late.append(["late"])
+    late.close()
+    with evs.open(out) as ds:
+        assert ds[:] == [["old"], ["late"]]
+    assert sorted(os.listdir(tmp_path)) == ["out.evs"]

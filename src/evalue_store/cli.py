@@ -16,14 +16,17 @@ import json
 import math
 import os
 import re
+import secrets
+import signal
 import sys
 import tempfile
+import threading
 import zipfile
 from collections import Counter
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, BinaryIO, Callable
 
 import numpy as np
 from tqdm import tqdm
@@ -33,6 +36,7 @@ import evalue_store as evs
 from . import java
 from .container import ENTRY_SIZE, FRAME_SIZE
 from .dtypes import CODE_TO_NAME, dtype_code
+from .files import fsync_dir, lock, replace_locked
 
 PROG = "evalue-store"
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
@@ -116,14 +120,52 @@ def build_parser() -> argparse.ArgumentParser:
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
         cmd.arguments(sub)
-        sub.set_defaults(run=cmd.run)
+        sub.set_defaults(run=cmd.run, parser=sub)
     return parser
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised like Ctrl-C's KeyboardInterrupt so that the same cleanup runs: a
+    killed run leaves no temporary file behind and never a partial output under OUT."""
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    raise Terminated()
+
+
+@contextmanager
+def sigterm_raises() -> Iterator[None]:
+    """Turn SIGTERM into Terminated while a command runs (when its default action is set and
+    this is the main thread: a host program's own handler is left alone)."""
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+    ):
+        yield
+        return
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``evalue-store`` script and of ``python -m evalue_store``."""
+    try:
+        with sigterm_raises():
+            return run_command(argv)
+    except KeyboardInterrupt as exc:  # the cleanup ran on the way out
+        terminated = isinstance(exc, Terminated)
+        print(f"{PROG}: {'terminated' if terminated else 'interrupted'}", file=sys.stderr)
+        return 128 + (signal.SIGTERM if terminated else signal.SIGINT)
+
+
+def run_command(argv: list[str] | None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # reported by the command's parser, which names its own --help
+        getattr(args, "parser", parser).error(f"unrecognized arguments: {' '.join(extra)}")
     if not hasattr(args, "run"):
         parser.error("no command given; try `evalue-store demo`")
     try:
@@ -131,8 +173,6 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `evalue-store head f | head -3`: the reader left, that is fine
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK
-    except KeyboardInterrupt:
-        return 130
     except Exception as exc:
         if args.debug:
             raise
@@ -1086,10 +1126,73 @@ def expand_inputs(args: argparse.Namespace) -> list[str]:
     return files
 
 
-def refuse_overwrite(path: str, force: bool) -> None:
-    """Replacing a container takes --force: it may hold the only copy of some data."""
-    if os.path.exists(path) and not force:
-        raise CliError(path, "already exists; use --append to add to it or --force to replace it")
+LOCKED = "a running writer has this file open; not replaced (wait until it exits)"
+
+
+def refuse_overwrite(path: str, force: bool, append: bool = False) -> None:
+    """Replacing a container takes --force: it may hold the only copy of some data. Checked
+    before any work: OUT's folder must exist, OUT must not be a folder nor a live writer's."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise CliError(path, f"no such folder {folder}")
+    if os.path.isdir(path):
+        raise CliError(path, "is a directory; give a file name")
+    if not os.path.exists(path):
+        return
+    if not force:
+        flags = "--append to add to it or --force" if append else "--force"
+        raise CliError(path, f"already exists; use {flags} to replace it")
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return  # unreadable: the rename decides
+    try:
+        lock(fd, path)
+    except evs.WriterLockedError:
+        raise CliError(path, LOCKED) from None
+    finally:
+        os.close(fd)
+
+
+@contextmanager
+def replacing(path: str, *, clobber: bool = True, durable: bool = True) -> Iterator[str]:
+    """A temporary name beside ``path`` to build the output under; when the block ends, it is
+    renamed to ``path`` and the folder fsynced (``durable``). On any exception, Ctrl-C and
+    SIGTERM included, the temporary file is removed, so ``path`` is as it was or complete.
+
+    The rename is refused while a running Writer holds ``path`` (its later commits would go
+    to an unlinked inode); without ``clobber`` an existing ``path`` is never replaced.
+    """
+    temp = f"{path}.{os.getpid()}-{secrets.token_hex(3)}.partial"
+    try:
+        yield temp
+        if clobber:
+            try:
+                replace_locked(temp, path, durable=durable)
+            except evs.WriterLockedError:
+                raise CliError(path, LOCKED) from None
+        else:
+            try:
+                os.link(temp, path)  # atomic, and fails if path exists
+            except FileExistsError:
+                raise CliError(path, "already exists; use --force to overwrite") from None
+            os.unlink(temp)
+            if durable:
+                fsync_dir(path)
+    except BaseException:
+        with suppress(FileNotFoundError):
+            os.unlink(temp)
+        raise
+
+
+@contextmanager
+def new_file(path: str, *, clobber: bool = True, durable: bool = True) -> Iterator[BinaryIO]:
+    """A binary file to write ``path``'s bytes into; they appear under ``path`` only when
+    complete and fsynced (see ``replacing``)."""
+    with replacing(path, clobber=clobber, durable=durable) as temp, open(temp, "xb") as out:
+        yield out
+        out.flush()
+        os.fsync(out.fileno())
 
 
 @contextmanager
@@ -1118,15 +1221,9 @@ def output_writer(
             yield writer
         return
     refuse_overwrite(path, force)
-    temp = f"{path}.{os.getpid()}.partial"
-    writer = evs.Writer(temp, "x", metadata=metadata, alignment=alignment, **options)
-    try:
-        with writer:
+    with replacing(path) as temp:
+        with evs.Writer(temp, "x", metadata=metadata, alignment=alignment, **options) as writer:
             yield writer
-        os.replace(temp, path)
-    finally:
-        if os.path.exists(temp):
-            os.remove(temp)
 
 
 def pack_files(files: list[str], args: argparse.Namespace) -> tuple[int, int]:
@@ -1198,20 +1295,18 @@ def export_name(args: argparse.Namespace, index: int, count: int, suffix: str) -
     return os.path.join(args.to, f"{index:0{max(6, len(str(count - 1)))}d}{suffix}")
 
 
-def write_new(path: str, force: bool) -> Any:
-    try:
-        return open(path, "wb" if force else "xb")
-    except FileExistsError:
-        raise CliError(path, "already exists; use --force to overwrite") from None
-
-
 def export_records(ds: evs.Dataset, args: argparse.Namespace, bar: tqdm) -> int:
-    os.makedirs(args.to, exist_ok=True)
+    """Each file appears complete (written, fsynced, renamed); the folder is fsynced at the end."""
+    if os.path.exists(args.to) and not os.path.isdir(args.to):
+        raise CliError(args.to, "is a file; --to takes a folder")
+    if not os.path.isdir(args.to):
+        os.makedirs(args.to)
+        fsync_dir(args.to)  # its entry in its parent
     n = len(ds)
     if args.format == "jsonl":
         stem = os.path.splitext(os.path.basename(ds.path))[0]
         out_path = os.path.join(args.to, stem + ".jsonl")
-        with write_new(out_path, args.force) as out:
+        with new_file(out_path, clobber=args.force) as out:
             for i, record in enumerate(ds):
                 try:
                     line = json.dumps(json_ready(record), ensure_ascii=False)
@@ -1232,12 +1327,15 @@ def export_records(ds: evs.Dataset, args: argparse.Namespace, bar: tqdm) -> int:
         except evs.EncodeError as exc:
             raise CliError(ds.path, f"record {i}: {exc}") from None
         suffix = ".bin" if args.format == "java" else ".npz"
-        with write_new(export_name(args, i, n, suffix), args.force) as out:
+        path = export_name(args, i, n, suffix)
+        with new_file(path, clobber=args.force, durable=False) as out:
             if args.format == "java":
                 out.write(data)
             else:
                 np.savez(out, **arrays)
         bar.update()
+        if i == n - 1:
+            fsync_dir(path)  # every name at once
     return n
 
 
@@ -1384,8 +1482,8 @@ def cmd_stats(args: argparse.Namespace) -> int:
         with progress(args, total, "stats", "rec") as bar:
             report = collect_stats(ds, args.sample, bar)
     if args.html:
-        with open(args.html, "w", encoding="utf-8") as page:
-            page.write(stats_html(report))
+        with new_file(args.html) as page:
+            page.write(stats_html(report).encode("utf-8"))
         note(args, f"{PROG}: wrote {args.html}")
     if args.json:
         print(json.dumps(report, indent=2))
@@ -1737,19 +1835,16 @@ def cmd_decompress(args: argparse.Namespace) -> int:
     with open_dataset(args.file) as ds:
         if not ds.compressed:
             raise CliError(args.file, "is not compressed")
-        temp = f"{args.output}.{os.getpid()}.partial"
-        try:
+        with replacing(args.output) as temp:
             with open(temp, "xb") as out, progress(args, ds.logical_size, "decompress", "B") as bar:
                 for chunk in ds.logical_chunks():
                     out.write(chunk)
                     bar.update(len(chunk))
+                out.flush()
+                os.fsync(out.fileno())
             with evs.open(temp) as check:  # what we wrote must be a valid container
                 if len(check) != len(ds):
                     raise CliError(args.output, "decompressed output lost records")
-            os.replace(temp, args.output)
-        finally:
-            if os.path.exists(temp):
-                os.remove(temp)
     print(f"decompressed {args.file} into {args.output} ({os.path.getsize(args.output):,} bytes)")
     return EXIT_OK
 
@@ -1769,7 +1864,7 @@ def cmd_dictionary(args: argparse.Namespace) -> int:
     data = evs.read_dictionary(args.file)
     if data is None:
         raise CliError(args.file, "holds no dictionary (zstd -d needs none)", EXIT_PROBLEMS)
-    with open(args.output, "wb") as out:
+    with new_file(args.output) as out:
         out.write(data)
     print(f"wrote the {len(data):,}-byte dictionary of {args.file} to {args.output}")
     return EXIT_OK
