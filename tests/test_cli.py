@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -225,6 +226,7 @@ def test_info_head_show(packed):
         "overhead_bytes",
         "uncommitted_bytes",
         "commits",
+        "last_commit",
         "segments",
         "alignment",
         "writer",
@@ -236,6 +238,8 @@ def test_info_head_show(packed):
         "problems",
     } == set(info)
     assert info["records"] == 12 and info["file_bytes"] == os.path.getsize(out)
+    # One pack is one commit; the empty commit that creates every file is not counted.
+    assert info["commits"] == 1 and info["last_commit"] == 2 and "commits        1\n" in text
     assert not info["compressed"] and info["logical_bytes"] == info["file_bytes"]
     parts = ("data_bytes", "index_bytes", "metadata_bytes", "overhead_bytes")
     assert sum(info[k] for k in parts) == info["file_bytes"]
@@ -820,3 +824,71 @@ def test_a_writer_that_starts_during_a_run_is_not_replaced_either(tmp_path):
     with evs.open(out) as ds:
         assert ds[:] == [["old"], ["late"]]
     assert sorted(os.listdir(tmp_path)) == ["out.evs"]
+
+
+# ----------------------------------------------------------------------------- new users
+
+
+def test_errors_suggest_only_flags_the_command_has(packed, tmp_path):
+    out, _ = packed
+    copy_error = run("copy", out, "-o", out, code=2, inprocess=True).stderr
+    assert "already exists; use --force to replace it" in copy_error
+    pack_error = run("pack", tmp_path / "samples", "-o", out, code=2, inprocess=True).stderr
+    assert "use --append to add to it or --force to replace it" in pack_error
+    for name, args in replacing_commands(tmp_path).items():
+        if name != "pack":
+            error = run(*args, "-o", out, code=2, inprocess=True).stderr
+            assert "--append" not in error, (name, error)
+    wrong = run("copy", out, "-o", tmp_path / "c.evs", "--append", code=2, inprocess=True).stderr
+    assert wrong == (
+        "evalue-store: copy: unrecognized arguments: --append (see evalue-store copy --help)\n"
+    )
+    assert "(see evalue-store --help)" in run("--frobnicate", code=2, inprocess=True).stderr
+
+
+def test_counts_and_levels_are_checked_before_any_work(packed, tmp_path):
+    out, _ = packed
+    for args in (("head", out, "-n", "-3"), ("head", out, "-n", "0")):
+        error = run(*args, code=2, inprocess=True).stderr
+        assert "argument -n: must be at least 1" in error
+        assert "see evalue-store head --help" in error
+    assert "must be at least 1" in run("stats", out, "--sample", "0", code=2).stderr
+    zst = tmp_path / "x.evs.zst"
+    for level in ("99", "23", "-200000"):
+        error = run("compress", out, "-o", zst, "--level", level, code=2, inprocess=True).stderr
+        assert "argument --level: zstd levels go from -131072 to 22" in error, error
+        assert str(out) not in error  # the input is fine
+    assert not zst.exists()
+    for flag in ("--frame-size", "--dict-samples"):
+        run("compress", out, "-o", zst, flag, "0", code=2, inprocess=True)
+    run("compress", out, "-o", zst, "--level", "-5", inprocess=True)  # zstd's fast levels
+    run("compress", out, "-o", zst, "--level", "22", "--force", inprocess=True)
+
+
+def test_outputs_in_missing_folders_folders_and_files(packed, tmp_path):
+    out, _ = packed
+    nowhere = tmp_path / "no" / "such" / "c.evs"
+    error = run("copy", out, "-o", nowhere, code=2, inprocess=True).stderr
+    assert f"{nowhere}: no such folder {nowhere.parent}" in error and ".partial" not in error
+    assert "is a directory" in run("copy", out, "-o", tmp_path, "--force", code=2).stderr
+    assert (
+        "is a file; --to takes a folder"
+        in run("export", out, "--to", out, "--format", "npz", code=2, inprocess=True).stderr
+    )
+    assert sorted(os.listdir(tmp_path)) == ["samples", "train.evs"]
+
+
+def test_encode_errors_say_what_is_wrong_and_what_to_do(tmp_path):
+    with evs.Writer(tmp_path / "e.evs") as w:
+        for value, message in (
+            (["a", "b"], "a list of strings is not an EValue kind: store each string as its own"),
+            ([[1, 2], [3, 4]], "a nested list is not an EValue kind: store it as a tensor"),
+            ([1, 2.5], "list mixes float, int: wrap it to choose a kind (evs.ListDouble"),
+            ([1, "a"], "a list holds only bools, only ints, only floats, or tensors"),
+        ):
+            with pytest.raises(evs.EncodeError, match=re.escape(message)):
+                w.append([value])
+    src = tmp_path / "s.jsonl"
+    src.write_text('[["a", "b"]]\n')
+    error = run("pack", src, "-o", tmp_path / "s.evs", code=2, inprocess=True).stderr
+    assert "not str (give each string its own value, or join them)" in error

@@ -248,6 +248,32 @@ def json_object(text: str) -> dict:
     return value
 
 
+def at_least_one(text: str) -> int:
+    """argparse type for counts: an integer >= 1 (0 or a negative count is a slip, not a no-op)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+ZSTD_LEVELS = (-(1 << 17), 22)  # zstd's negative "fast" levels, then 1 (fast) to 22 (small)
+
+
+def zstd_level(text: str) -> int:
+    """argparse type for --level, checked before any work (zstd would blame the input)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    low, high = ZSTD_LEVELS
+    if not low <= value <= high:
+        raise argparse.ArgumentTypeError(f"zstd levels go from {low} to {high}, not {value}")
+    return value
+
+
 def natural_key(text: str) -> list[tuple[int, Any]]:
     """Sort key that puts file2 before file10."""
     return [(0, int(p)) if p.isdigit() else (1, p) for p in re.split(r"(\d+)", text) if p]
@@ -421,7 +447,7 @@ def value_full(value: Any) -> str:
 def print_head(ds: evs.Dataset, n: int) -> int:
     """The first ``n`` records, summarized; an unreadable one is named and skipped."""
     code = EXIT_OK
-    for i in range(min(max(n, 0), len(ds))):
+    for i in range(min(n, len(ds))):
         if i:
             print()
         try:
@@ -943,7 +969,8 @@ def info_report(ds: evs.Dataset) -> tuple[dict, list[str]]:
         "metadata_bytes": commit.metadata_length,
         "overhead_bytes": committed - data - index - commit.metadata_length,
         "uncommitted_bytes": ds.uncommitted_bytes,
-        "commits": commit.number,
+        "commits": commit.number - 1,  # number 1 is the empty commit that creates a file
+        "last_commit": commit.number,
         "segments": len(commit.segments),
         "alignment": header.alignment,
         "writer": header.writer,
@@ -1031,7 +1058,8 @@ def json_tensor(items: list, dtype: str) -> np.ndarray:
                 leaves.add(type(item))
             else:
                 found = "null" if item is None else type(item).__name__
-                raise ValueError(f"a list must hold only numbers or only bools, not {found}")
+                hint = " (give each string its own value, or join them)" if found == "str" else ""
+                raise ValueError(f"a list must hold only numbers or only bools, not {found}{hint}")
     if bool in leaves and len(leaves) > 1:
         raise ValueError("a list mixes bools and numbers")
     try:
@@ -1432,7 +1460,9 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 def _head_args(p: argparse.ArgumentParser) -> None:
     _file(p)
-    p.add_argument("-n", type=int, default=5, metavar="N", help="records to show (default 5)")
+    p.add_argument(
+        "-n", type=at_least_one, default=5, metavar="N", help="records to show (default 5)"
+    )
 
 
 @command(
@@ -1460,7 +1490,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 def _stats_args(p: argparse.ArgumentParser) -> None:
     _file(p)
-    p.add_argument("--sample", type=int, metavar="N", help="read N records spread evenly")
+    p.add_argument("--sample", type=at_least_one, metavar="N", help="read N records spread evenly")
     _json_flag(p)
     p.add_argument("--html", metavar="PAGE", help="also write a self-contained HTML report")
 
@@ -1475,8 +1505,6 @@ Histograms count every value read (NaN and Inf are counted apart); memory stays 
 however many records there are.""",
 )
 def cmd_stats(args: argparse.Namespace) -> int:
-    if args.sample is not None and args.sample < 1:
-        raise CliError(None, "--sample must be at least 1")
     with open_dataset(args.file) as ds:
         total = len(sample_indices(len(ds), args.sample))
         with progress(args, total, "stats", "rec") as bar:
@@ -1590,7 +1618,7 @@ lists must be rectangular. A new OUT appears only when complete.""",
 )
 def cmd_pack(args: argparse.Namespace) -> int:
     if not args.append:
-        refuse_overwrite(args.output, args.force)
+        refuse_overwrite(args.output, args.force, append=True)
     files = expand_inputs(args)
     written, size = pack_files(files, args)
     print(
@@ -1732,15 +1760,23 @@ def cmd_copy(args: argparse.Namespace) -> int:
 def _compress_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", metavar="FILE", help="container to compress")
     p.add_argument("-o", "--output", required=True, metavar="OUT", help="compressed container")
-    p.add_argument("--level", type=int, default=3, help="zstd level (default 3)")
+    p.add_argument("--level", type=zstd_level, default=3, help="zstd level, up to 22 (default 3)")
     p.add_argument(
-        "--frame-size", type=int, default=4 << 10, metavar="BYTES", help="target frame size"
+        "--frame-size",
+        type=at_least_one,
+        default=4 << 10,
+        metavar="BYTES",
+        help="target frame size",
     )
     p.add_argument(
         "--dictionary", action="store_true", help="train a zstd dictionary and store it in OUT"
     )
     p.add_argument(
-        "--dict-samples", type=int, default=1000, metavar="N", help="records to train it on"
+        "--dict-samples",
+        type=at_least_one,
+        default=1000,
+        metavar="N",
+        help="records to train it on",
     )
     p.add_argument("--force", action="store_true", help="replace OUT if it exists")
 
