@@ -856,7 +856,7 @@ def test_counts_and_levels_are_checked_before_any_work(packed, tmp_path):
     zst = tmp_path / "x.evs.zst"
     for level in ("99", "23", "-200000"):
         error = run("compress", out, "-o", zst, "--level", level, code=2, inprocess=True).stderr
-        assert "argument --level: zstd levels go from -131072 to 22" in error, error
+        assert "argument --level: must be from -131072 to 22" in error, error
         assert str(out) not in error  # the input is fine
     assert not zst.exists()
     for flag in ("--frame-size", "--dict-samples"):
@@ -892,3 +892,61 @@ def test_encode_errors_say_what_is_wrong_and_what_to_do(tmp_path):
     src.write_text('[["a", "b"]]\n')
     error = run("pack", src, "-o", tmp_path / "s.evs", code=2, inprocess=True).stderr
     assert "not str (give each string its own value, or join them)" in error
+
+
+def test_a_container_is_never_replaced_by_a_page_or_a_dictionary(tmp_path):
+    """`stats F --html F` and `dictionary F -o F` once wrote over the only copy of F."""
+    plain, packed = tmp_path / "p.evs", tmp_path / "p.evs.zst"
+    with evs.Writer(plain) as w:
+        w.extend(w1_record(i) for i in range(20))
+    run("compress", plain, "-o", packed, "--dictionary", "-q", inprocess=True)
+    before = {p: p.read_bytes() for p in (plain, packed)}
+    page_error = run("stats", plain, "--html", plain, code=2, inprocess=True)
+    assert "is an evalue_store container; an HTML page never replaces one" in page_error.stderr
+    assert page_error.stdout == ""  # refused before the work
+    for out in (plain, packed):
+        error = run("dictionary", packed, "-o", out, "--force", code=2, inprocess=True).stderr
+        assert "a dictionary never replaces one" in error
+    assert {p: p.read_bytes() for p in (plain, packed)} == before
+    dictionary = tmp_path / "d.dict"
+    run("dictionary", packed, "-o", dictionary, inprocess=True)
+    assert "use --force" in run("dictionary", packed, "-o", dictionary, code=2).stderr
+    run("dictionary", packed, "-o", dictionary, "--force", inprocess=True)
+    (tmp_path / "notes.txt").write_text("hello")
+    error = run("dictionary", tmp_path / "notes.txt", "-o", tmp_path / "x", code=2).stderr
+    assert "notes.txt: bad magic" in error  # not "holds no dictionary"
+    assert "is a directory" in run("stats", plain, "--html", tmp_path, code=2).stderr
+    assert sorted(os.listdir(tmp_path)) == ["d.dict", "notes.txt", "p.evs", "p.evs.zst"]
+
+
+def test_compress_over_its_own_input_reports_both_sizes(tmp_path):
+    src = tmp_path / "p.evs"
+    with evs.Writer(src) as w:
+        w.extend(w1_record(i) for i in range(50))
+    size = os.path.getsize(src)
+    text = run("compress", src, "-o", src, "--force", inprocess=True).stdout
+    assert f"compressed {src} ({size:,} bytes) into {src} ({os.path.getsize(src):,} bytes" in text
+    with evs.open(src) as ds:
+        assert ds.compressed and len(ds) == 50
+
+
+def test_pack_names_what_is_wrong_with_an_input(tmp_path):
+    cases = {
+        "empty.npz": (b"", "empty.npz: cannot read: empty file"),
+        "text.npz": (b"hello", "text.npz: cannot read: not a .npz file"),
+        "text.npy": (b"hello", "text.npy: cannot read: not a .npy file"),
+    }
+    for name, (data, message) in cases.items():
+        (tmp_path / name).write_bytes(data)
+        error = run("pack", tmp_path / name, "-o", tmp_path / "o.evs", code=2, inprocess=True)
+        assert message in error.stderr and "pickle" not in error.stderr, error.stderr
+    np.savez(tmp_path / "obj.npz", a=np.array([{"a": 1}], dtype=object))
+    error = run("pack", tmp_path / "obj.npz", "-o", tmp_path / "o.evs", code=2).stderr
+    assert "holds Python objects, which pack never unpickles" in error
+    assert "allow_pickle" not in error  # numpy's advice names an API the CLI does not have
+    (tmp_path / "folder").mkdir()
+    error = run("pack", tmp_path / "folder", "-o", tmp_path / "o.evs", code=2).stderr
+    assert "no input files to pack (it reads .npz, .npy" in error
+    empty = tmp_path / "zero.evs"
+    evs.Writer(empty).close()
+    assert run("head", empty).stdout == f"{empty}: no records\n"

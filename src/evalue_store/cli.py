@@ -34,9 +34,11 @@ from tqdm import tqdm
 import evalue_store as evs
 
 from . import java
-from .container import ENTRY_SIZE, FRAME_SIZE
+from .container import ENTRY_SIZE, FRAME_SIZE, MAGIC
 from .dtypes import CODE_TO_NAME, dtype_code
 from .files import fsync_dir, lock, replace_locked
+from .frames import MAX_FRAME_SIZE, is_compressed
+from .writer import MIN_FRAME_SIZE
 
 PROG = "evalue-store"
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
@@ -248,30 +250,26 @@ def json_object(text: str) -> dict:
     return value
 
 
-def at_least_one(text: str) -> int:
-    """argparse type for counts: an integer >= 1 (0 or a negative count is a slip, not a no-op)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
-    return value
+def int_range(low: int, high: int | None = None) -> Callable[[str], int]:
+    """argparse type: an integer in [low, high], checked before any work (out of range, it
+    would surface later as an error blamed on the input file, or as a silent no-op)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        if high is None and value < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low}, not {value}")
+        if high is not None and not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be from {low} to {high}, not {value}")
+        return value
+
+    return parse
 
 
+at_least_one = int_range(1)
 ZSTD_LEVELS = (-(1 << 17), 22)  # zstd's negative "fast" levels, then 1 (fast) to 22 (small)
-
-
-def zstd_level(text: str) -> int:
-    """argparse type for --level, checked before any work (zstd would blame the input)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    low, high = ZSTD_LEVELS
-    if not low <= value <= high:
-        raise argparse.ArgumentTypeError(f"zstd levels go from {low} to {high}, not {value}")
-    return value
 
 
 def natural_key(text: str) -> list[tuple[int, Any]]:
@@ -1035,14 +1033,24 @@ def scalar_or_array(array: np.ndarray) -> Any:
     return array.item()
 
 
+def numpy_file(path: str, magic: bytes, what: str) -> None:
+    """Check a file's first bytes: np.load takes anything else for a pickle and says so."""
+    with open(path, "rb") as f:
+        head = f.read(len(magic))
+    if head != magic:
+        raise CliError(path, f"cannot read: {'empty file' if not head else 'not ' + what}")
+
+
 def npz_source(path: str, args: argparse.Namespace, fields: Counter) -> Source:
     """One record per .npz file: its arrays in the order they are stored in the archive."""
+    numpy_file(path, b"PK", "a .npz file (a zip archive of .npy arrays)")
     with np.load(path, allow_pickle=False) as npz:
         fields[tuple(npz.files)] += 1
         yield path, [scalar_or_array(npz[name]) for name in npz.files]
 
 
 def npy_source(path: str, args: argparse.Namespace, fields: Counter) -> Source:
+    numpy_file(path, b"\x93NUMPY", "a .npy file")
     yield path, [scalar_or_array(np.load(path, allow_pickle=False))]
 
 
@@ -1150,21 +1158,39 @@ def expand_inputs(args: argparse.Namespace) -> list[str]:
     if skipped:
         note(args, f"{PROG}: skipped {plural(skipped, 'file')} not {'/'.join(PACK_SUFFIXES)}")
     if not files:
-        raise CliError(None, "no input files to pack")
+        raise CliError(None, f"no input files to pack (it reads {', '.join(PACK_SUFFIXES)})")
     return files
 
 
 LOCKED = "a running writer has this file open; not replaced (wait until it exits)"
 
 
-def refuse_overwrite(path: str, force: bool, append: bool = False) -> None:
-    """Replacing a container takes --force: it may hold the only copy of some data. Checked
-    before any work: OUT's folder must exist, OUT must not be a folder nor a live writer's."""
+def check_output(path: str) -> None:
+    """An output's folder must exist and the output must not be a folder (the errors would
+    otherwise name the temporary file)."""
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise CliError(path, f"no such folder {folder}")
     if os.path.isdir(path):
         raise CliError(path, "is a directory; give a file name")
+
+
+def refuse_container(path: str, what: str) -> None:
+    """A page or a dictionary never replaces a container (`stats F --html F`): it may hold
+    the only copy of its data."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(len(MAGIC))
+    except OSError:
+        return
+    if head == MAGIC or is_compressed(head):
+        raise CliError(path, f"is an evalue_store container; {what} never replaces one")
+
+
+def refuse_overwrite(path: str, force: bool, append: bool = False) -> None:
+    """Replacing a container takes --force: it may hold the only copy of some data. Checked
+    before any work: OUT's folder must exist, OUT must not be a folder nor a live writer's."""
+    check_output(path)
     if not os.path.exists(path):
         return
     if not force:
@@ -1191,6 +1217,7 @@ def replacing(path: str, *, clobber: bool = True, durable: bool = True) -> Itera
     The rename is refused while a running Writer holds ``path`` (its later commits would go
     to an unlinked inode); without ``clobber`` an existing ``path`` is never replaced.
     """
+    check_output(path)
     temp = f"{path}.{os.getpid()}-{secrets.token_hex(3)}.partial"
     try:
         yield temp
@@ -1273,6 +1300,8 @@ def pack_files(files: list[str], args: argparse.Namespace) -> tuple[int, int]:
                                 raise CliError(where, str(exc)) from None
                             written += 1
                     except (ValueError, EOFError, zipfile.BadZipFile) as exc:
+                        if "allow_pickle" in str(exc):  # numpy's advice is for its own API
+                            exc = ValueError("holds Python objects, which pack never unpickles")
                         raise CliError(path, f"cannot read: {exc}") from None
                     bar.update()
         except Exception as exc:
@@ -1470,6 +1499,8 @@ def _head_args(p: argparse.ArgumentParser) -> None:
 )
 def cmd_head(args: argparse.Namespace) -> int:
     with open_dataset(args.file) as ds:
+        if not len(ds):
+            print(f"{args.file}: no records")
         return print_head(ds, args.n)
 
 
@@ -1505,6 +1536,9 @@ Histograms count every value read (NaN and Inf are counted apart); memory stays 
 however many records there are.""",
 )
 def cmd_stats(args: argparse.Namespace) -> int:
+    if args.html:  # before the work
+        check_output(args.html)
+        refuse_container(args.html, "an HTML page")
     with open_dataset(args.file) as ds:
         total = len(sample_indices(len(ds), args.sample))
         with progress(args, total, "stats", "rec") as bar:
@@ -1760,10 +1794,12 @@ def cmd_copy(args: argparse.Namespace) -> int:
 def _compress_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", metavar="FILE", help="container to compress")
     p.add_argument("-o", "--output", required=True, metavar="OUT", help="compressed container")
-    p.add_argument("--level", type=zstd_level, default=3, help="zstd level, up to 22 (default 3)")
+    p.add_argument(
+        "--level", type=int_range(*ZSTD_LEVELS), default=3, help="zstd level, up to 22 (default 3)"
+    )
     p.add_argument(
         "--frame-size",
-        type=at_least_one,
+        type=int_range(MIN_FRAME_SIZE, MAX_FRAME_SIZE),
         default=4 << 10,
         metavar="BYTES",
         help="target frame size",
@@ -1787,10 +1823,12 @@ def _compress_args(p: argparse.ArgumentParser) -> None:
     "evalue-store compress train.evs -o train.evs.zst --dictionary",
     _compress_args,
     notes="""OUT holds the same records and metadata as one new commit. Stock zstd decompresses
-it ("zstd -d OUT"); with --dictionary it needs the dictionary: evalue-store dictionary OUT.""",
+it ("zstd -d OUT"); with --dictionary it needs the dictionary, which
+"evalue-store dictionary OUT -o DICT" writes out.""",
 )
 def cmd_compress(args: argparse.Namespace) -> int:
     refuse_overwrite(args.output, args.force)
+    before = os.path.getsize(args.file)  # OUT may be FILE itself (with --force)
     with open_dataset(args.file) as ds:
         options: dict[str, Any] = {
             "compression": "zstd",
@@ -1801,7 +1839,7 @@ def cmd_compress(args: argparse.Namespace) -> int:
             samples = ds[: max(8, min(len(ds), args.dict_samples))]
             options["dictionary"] = evs.train_dictionary(samples)
         copy_records(ds, args, "compress", **options)
-    before, after = os.path.getsize(args.file), os.path.getsize(args.output)
+    after = os.path.getsize(args.output)
     print(
         f"compressed {args.file} ({before:,} bytes) into {args.output} ({after:,} bytes, "
         f"{after / max(before, 1):.2f}x)"
@@ -1888,6 +1926,7 @@ def cmd_decompress(args: argparse.Namespace) -> int:
 def _dictionary_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", metavar="FILE", help="compressed container")
     p.add_argument("-o", "--output", required=True, metavar="OUT", help="dictionary file")
+    p.add_argument("--force", action="store_true", help="replace OUT if it exists")
 
 
 @command(
@@ -1897,6 +1936,9 @@ def _dictionary_args(p: argparse.ArgumentParser) -> None:
     _dictionary_args,
 )
 def cmd_dictionary(args: argparse.Namespace) -> int:
+    refuse_container(args.output, "a dictionary")
+    refuse_overwrite(args.output, args.force)
+    open_dataset(args.file).close()  # a file that is no container is a one-line error
     data = evs.read_dictionary(args.file)
     if data is None:
         raise CliError(args.file, "holds no dictionary (zstd -d needs none)", EXIT_PROBLEMS)
