@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import io
 import json
 import os
@@ -950,3 +951,19 @@ def test_pack_names_what_is_wrong_with_an_input(tmp_path):
     empty = tmp_path / "zero.evs"
     evs.Writer(empty).close()
     assert run("head", empty).stdout == f"{empty}: no records\n"
+
+
+def test_export_without_hard_links_still_never_overwrites(packed, tmp_path, monkeypatch):
+    """Exports go to FAT sticks for Android devices: no link(2) there."""
+    out, _ = packed
+
+    def no_links(source, target):
+        raise OSError(errno.EPERM, "Operation not permitted", source)
+
+    monkeypatch.setattr(os, "link", no_links)
+    folder = tmp_path / "stick"
+    run("export", out, "--to", folder, "--format", "java", inprocess=True)
+    assert sorted(os.listdir(folder)) == [f"{i:06d}.bin" for i in range(12)]
+    error = run("export", out, "--to", folder, "--format", "java", code=2, inprocess=True).stderr
+    assert "000000.bin: already exists; use --force to overwrite" in error
+    assert len(os.listdir(folder)) == 12  # nothing left behind

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import errno
 import glob
 import html
 import json
@@ -1227,11 +1228,18 @@ def replacing(path: str, *, clobber: bool = True, durable: bool = True) -> Itera
             except evs.WriterLockedError:
                 raise CliError(path, LOCKED) from None
         else:
+            exists = CliError(path, "already exists; use --force to overwrite")
             try:
                 os.link(temp, path)  # atomic, and fails if path exists
+                os.unlink(temp)
             except FileExistsError:
-                raise CliError(path, "already exists; use --force to overwrite") from None
-            os.unlink(temp)
+                raise exists from None
+            except OSError as exc:  # no hard links (FAT, some network filesystems)
+                if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP):
+                    raise
+                if os.path.exists(path):
+                    raise exists from None
+                os.rename(temp, path)
             if durable:
                 fsync_dir(path)
     except BaseException:
