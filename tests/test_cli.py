@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import errno
 import io
 import json
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -225,6 +227,7 @@ def test_info_head_show(packed):
         "overhead_bytes",
         "uncommitted_bytes",
         "commits",
+        "last_commit",
         "segments",
         "alignment",
         "writer",
@@ -236,6 +239,8 @@ def test_info_head_show(packed):
         "problems",
     } == set(info)
     assert info["records"] == 12 and info["file_bytes"] == os.path.getsize(out)
+    # One pack is one commit; the empty commit that creates every file is not counted.
+    assert info["commits"] == 1 and info["last_commit"] == 2 and "commits        1\n" in text
     assert not info["compressed"] and info["logical_bytes"] == info["file_bytes"]
     parts = ("data_bytes", "index_bytes", "metadata_bytes", "overhead_bytes")
     assert sum(info[k] for k in parts) == info["file_bytes"]
@@ -766,3 +771,199 @@ def test_compress_decompress_and_dictionary(tmp_path):
     run("verify", by_cli)
     run("decompress", src, "-o", tmp_path / "x.evs", code=2)  # not compressed
     run("dictionary", src, "-o", tmp_path / "y", code=1)  # holds no dictionary
+
+
+# ----------------------------------------------------------------------------- outputs
+
+
+def replacing_commands(tmp_path) -> dict[str, list]:
+    """Arguments (but ``-o OUT --force``) of every command that replaces an output file."""
+    plain, packed = tmp_path / "in.evs", tmp_path / "in.evs.zst"
+    with evs.Writer(plain, metadata={"m": 1}) as w:
+        w.extend(w1_record(i) for i in range(5))
+    with evs.Writer(packed, compression="zstd") as w:
+        w.extend(w1_record(i) for i in range(5))
+    write_npz_dir(tmp_path / "npz", n=3)
+    return {
+        "copy": ["copy", plain],
+        "merge": ["merge", plain, plain],
+        "compress": ["compress", plain],
+        "decompress": ["decompress", packed],
+        "pack": ["pack", tmp_path / "npz"],
+    }
+
+
+def test_force_never_replaces_a_file_a_running_writer_holds(tmp_path):
+    """--force over a live Writer's file would send its later commits to an unlinked inode."""
+    out = tmp_path / "live.evs"
+    for name, args in replacing_commands(tmp_path).items():
+        writer = evs.Writer(out, "w")
+        writer.append([name])
+        writer.commit()
+        before = out.read_bytes()
+        error = run(*args, "-o", out, "--force", code=2, inprocess=True).stderr
+        assert f"{out}: a running writer has this file open" in error, (name, error)
+        assert out.read_bytes() == before, name
+        writer.append(["after"])  # the writer's next commit still reaches the file
+        writer.close()
+        with evs.open(out) as ds:
+            assert ds[:] == [[name], ["after"]], name
+        assert [p for p in os.listdir(tmp_path) if p.endswith(".partial")] == [], name
+
+
+def test_a_writer_that_starts_during_a_run_is_not_replaced_either(tmp_path):
+    """The check before the work is not enough: a writer may open OUT while the copy runs."""
+    out = tmp_path / "out.evs"
+    with evs.Writer(out) as w:
+        w.append(["old"])
+    with pytest.raises(cli.CliError, match="a running writer has this file open"):
+        with cli.output_writer(str(out), append=False, force=True, metadata=None) as writer:
+            writer.append(["new"])
+            late = evs.Writer(out, "a")
+    late.append(["late"])
+    late.close()
+    with evs.open(out) as ds:
+        assert ds[:] == [["old"], ["late"]]
+    assert sorted(os.listdir(tmp_path)) == ["out.evs"]
+
+
+# ----------------------------------------------------------------------------- new users
+
+
+def test_errors_suggest_only_flags_the_command_has(packed, tmp_path):
+    out, _ = packed
+    copy_error = run("copy", out, "-o", out, code=2, inprocess=True).stderr
+    assert "already exists; use --force to replace it" in copy_error
+    pack_error = run("pack", tmp_path / "samples", "-o", out, code=2, inprocess=True).stderr
+    assert "use --append to add to it or --force to replace it" in pack_error
+    for name, args in replacing_commands(tmp_path).items():
+        if name != "pack":
+            error = run(*args, "-o", out, code=2, inprocess=True).stderr
+            assert "--append" not in error, (name, error)
+    wrong = run("copy", out, "-o", tmp_path / "c.evs", "--append", code=2, inprocess=True).stderr
+    assert wrong == (
+        "evalue-store: copy: unrecognized arguments: --append (see evalue-store copy --help)\n"
+    )
+    assert "(see evalue-store --help)" in run("--frobnicate", code=2, inprocess=True).stderr
+
+
+def test_counts_and_levels_are_checked_before_any_work(packed, tmp_path):
+    out, _ = packed
+    for args in (("head", out, "-n", "-3"), ("head", out, "-n", "0")):
+        error = run(*args, code=2, inprocess=True).stderr
+        assert "argument -n: must be at least 1" in error
+        assert "see evalue-store head --help" in error
+    assert "must be at least 1" in run("stats", out, "--sample", "0", code=2).stderr
+    zst = tmp_path / "x.evs.zst"
+    for level in ("99", "23", "-200000"):
+        error = run("compress", out, "-o", zst, "--level", level, code=2, inprocess=True).stderr
+        assert "argument --level: must be from -131072 to 22" in error, error
+        assert str(out) not in error  # the input is fine
+    assert not zst.exists()
+    for flag in ("--frame-size", "--dict-samples"):
+        run("compress", out, "-o", zst, flag, "0", code=2, inprocess=True)
+    run("compress", out, "-o", zst, "--level", "-5", inprocess=True)  # zstd's fast levels
+    run("compress", out, "-o", zst, "--level", "22", "--force", inprocess=True)
+
+
+def test_outputs_in_missing_folders_folders_and_files(packed, tmp_path):
+    out, _ = packed
+    nowhere = tmp_path / "no" / "such" / "c.evs"
+    error = run("copy", out, "-o", nowhere, code=2, inprocess=True).stderr
+    assert f"{nowhere}: no such folder {nowhere.parent}" in error and ".partial" not in error
+    assert "is a directory" in run("copy", out, "-o", tmp_path, "--force", code=2).stderr
+    assert (
+        "is a file; --to takes a folder"
+        in run("export", out, "--to", out, "--format", "npz", code=2, inprocess=True).stderr
+    )
+    assert sorted(os.listdir(tmp_path)) == ["samples", "train.evs"]
+
+
+def test_encode_errors_say_what_is_wrong_and_what_to_do(tmp_path):
+    with evs.Writer(tmp_path / "e.evs") as w:
+        for value, message in (
+            (["a", "b"], "a list of strings is not an EValue kind: store each string as its own"),
+            ([[1, 2], [3, 4]], "a nested list is not an EValue kind: store it as a tensor"),
+            ([1, 2.5], "list mixes float, int: wrap it to choose a kind (evs.ListDouble"),
+            ([1, "a"], "a list holds only bools, only ints, only floats, or tensors"),
+        ):
+            with pytest.raises(evs.EncodeError, match=re.escape(message)):
+                w.append([value])
+    src = tmp_path / "s.jsonl"
+    src.write_text('[["a", "b"]]\n')
+    error = run("pack", src, "-o", tmp_path / "s.evs", code=2, inprocess=True).stderr
+    assert "not str (give each string its own value, or join them)" in error
+
+
+def test_a_container_is_never_replaced_by_a_page_or_a_dictionary(tmp_path):
+    """`stats F --html F` and `dictionary F -o F` once wrote over the only copy of F."""
+    plain, packed = tmp_path / "p.evs", tmp_path / "p.evs.zst"
+    with evs.Writer(plain) as w:
+        w.extend(w1_record(i) for i in range(20))
+    run("compress", plain, "-o", packed, "--dictionary", "-q", inprocess=True)
+    before = {p: p.read_bytes() for p in (plain, packed)}
+    page_error = run("stats", plain, "--html", plain, code=2, inprocess=True)
+    assert "is an evalue_store container; an HTML page never replaces one" in page_error.stderr
+    assert page_error.stdout == ""  # refused before the work
+    for out in (plain, packed):
+        error = run("dictionary", packed, "-o", out, "--force", code=2, inprocess=True).stderr
+        assert "a dictionary never replaces one" in error
+    assert {p: p.read_bytes() for p in (plain, packed)} == before
+    dictionary = tmp_path / "d.dict"
+    run("dictionary", packed, "-o", dictionary, inprocess=True)
+    assert "use --force" in run("dictionary", packed, "-o", dictionary, code=2).stderr
+    run("dictionary", packed, "-o", dictionary, "--force", inprocess=True)
+    (tmp_path / "notes.txt").write_text("hello")
+    error = run("dictionary", tmp_path / "notes.txt", "-o", tmp_path / "x", code=2).stderr
+    assert "notes.txt: bad magic" in error  # not "holds no dictionary"
+    assert "is a directory" in run("stats", plain, "--html", tmp_path, code=2).stderr
+    assert sorted(os.listdir(tmp_path)) == ["d.dict", "notes.txt", "p.evs", "p.evs.zst"]
+
+
+def test_compress_over_its_own_input_reports_both_sizes(tmp_path):
+    src = tmp_path / "p.evs"
+    with evs.Writer(src) as w:
+        w.extend(w1_record(i) for i in range(50))
+    size = os.path.getsize(src)
+    text = run("compress", src, "-o", src, "--force", inprocess=True).stdout
+    assert f"compressed {src} ({size:,} bytes) into {src} ({os.path.getsize(src):,} bytes" in text
+    with evs.open(src) as ds:
+        assert ds.compressed and len(ds) == 50
+
+
+def test_pack_names_what_is_wrong_with_an_input(tmp_path):
+    cases = {
+        "empty.npz": (b"", "empty.npz: cannot read: empty file"),
+        "text.npz": (b"hello", "text.npz: cannot read: not a .npz file"),
+        "text.npy": (b"hello", "text.npy: cannot read: not a .npy file"),
+    }
+    for name, (data, message) in cases.items():
+        (tmp_path / name).write_bytes(data)
+        error = run("pack", tmp_path / name, "-o", tmp_path / "o.evs", code=2, inprocess=True)
+        assert message in error.stderr and "pickle" not in error.stderr, error.stderr
+    np.savez(tmp_path / "obj.npz", a=np.array([{"a": 1}], dtype=object))
+    error = run("pack", tmp_path / "obj.npz", "-o", tmp_path / "o.evs", code=2).stderr
+    assert "holds Python objects, which pack never unpickles" in error
+    assert "allow_pickle" not in error  # numpy's advice names an API the CLI does not have
+    (tmp_path / "folder").mkdir()
+    error = run("pack", tmp_path / "folder", "-o", tmp_path / "o.evs", code=2).stderr
+    assert "no input files to pack (it reads .npz, .npy" in error
+    empty = tmp_path / "zero.evs"
+    evs.Writer(empty).close()
+    assert run("head", empty).stdout == f"{empty}: no records\n"
+
+
+def test_export_without_hard_links_still_never_overwrites(packed, tmp_path, monkeypatch):
+    """Exports go to FAT sticks for Android devices: no link(2) there."""
+    out, _ = packed
+
+    def no_links(source, target):
+        raise OSError(errno.EPERM, "Operation not permitted", source)
+
+    monkeypatch.setattr(os, "link", no_links)
+    folder = tmp_path / "stick"
+    run("export", out, "--to", folder, "--format", "java", inprocess=True)
+    assert sorted(os.listdir(folder)) == [f"{i:06d}.bin" for i in range(12)]
+    error = run("export", out, "--to", folder, "--format", "java", code=2, inprocess=True).stderr
+    assert "000000.bin: already exists; use --force to overwrite" in error
+    assert len(os.listdir(folder)) == 12  # nothing left behind

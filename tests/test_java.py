@@ -1,7 +1,9 @@
 """evalue_store.java against the bytes ExecuTorch Android's Java EValue really wrote.
 
-The vectors live outside the repo (shared/vectors/executorch-java); EVS_JAVA_VECTORS points the
-same tests at another directory with the same manifest layout (the held-back set).
+The vectors are kept in the repository (tests/fixtures/java, copied from the shared
+shared/vectors/executorch-java set), so a clone alone runs every test. EVS_JAVA_VECTORS names
+another directory with the same manifest layout (the held-back set), tested as well; a
+shared/vectors/executorch-java beside the repository must be identical to the in-repo copy.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import json
 import os
 import random
 import struct
+import subprocess
 import tracemalloc
 from pathlib import Path
 from typing import Any
@@ -27,19 +30,22 @@ from evalue_store.java import dumps, dumps_record, iter_record_slices, loads, lo
 # ----------------------------------------------------------------------------- vectors
 
 
-def _vector_dir() -> Path:
+IN_REPO_VECTORS = Path(__file__).resolve().parent / "fixtures" / "java"
+SHARED_VECTORS = Path(__file__).resolve().parents[2] / "shared" / "vectors" / "executorch-java"
+
+
+def _vector_dirs() -> list[Path]:
+    """The in-repo vectors, plus the EVS_JAVA_VECTORS directory when that is set."""
     override = os.environ.get("EVS_JAVA_VECTORS")
-    if override:
-        return Path(override)
-    return Path(__file__).resolve().parents[2] / "shared" / "vectors" / "executorch-java"
+    return [IN_REPO_VECTORS] + ([Path(override)] if override else [])
 
 
 def _read_manifest(directory: Path) -> dict[str, Any]:
     path = directory / "manifest.json"
     if not path.is_file():
         pytest.fail(
-            f"Java EValue vectors not found: {path} does not exist. Restore shared/vectors/"
-            "executorch-java next to the repo or set EVS_JAVA_VECTORS to a vector directory.",
+            f"Java EValue vectors not found: {path} does not exist. The in-repo copy is "
+            "tests/fixtures/java; EVS_JAVA_VECTORS, if set, must name a vector directory.",
             pytrace=False,
         )
     return json.loads(path.read_text(encoding="utf-8"))
@@ -47,11 +53,16 @@ def _read_manifest(directory: Path) -> dict[str, Any]:
 
 def _vector_params() -> list[Any]:
     # Collected at import; a missing directory becomes one failing case, never a skip.
-    try:
-        entries = json.loads((_vector_dir() / "manifest.json").read_text(encoding="utf-8"))
-    except OSError:
-        return [pytest.param(None, id="vectors-missing")]
-    return [pytest.param(e, id=e["name"]) for e in entries["vectors"]]
+    params = []
+    for k, directory in enumerate(_vector_dirs()):
+        prefix = "" if k == 0 else "extra-"
+        try:
+            entries = json.loads((directory / "manifest.json").read_text(encoding="utf-8"))
+        except OSError:
+            params.append(pytest.param((directory, None), id=f"{prefix}vectors-missing"))
+            continue
+        params += [pytest.param((directory, e), id=prefix + e["name"]) for e in entries["vectors"]]
+    return params
 
 
 VECTORS = _vector_params()
@@ -60,10 +71,11 @@ VECTORS = _vector_params()
 CANONICAL_NAN = {2: 0x7E00, 4: 0x7FC00000, 8: 0x7FF8000000000000}
 
 
-def _vector_bytes(entry: dict[str, Any] | None) -> bytes:
+def _vector_bytes(vector: tuple[Path, dict[str, Any] | None]) -> tuple[bytes, dict[str, Any]]:
+    directory, entry = vector
     if entry is None:
-        _read_manifest(_vector_dir())  # fails with the explanation
-    return (_vector_dir() / entry["file"]).read_bytes()
+        _read_manifest(directory)  # fails with the explanation
+    return (directory / entry["file"]).read_bytes(), entry
 
 
 def _manifest_float(item: Any) -> float:
@@ -148,24 +160,51 @@ def _error(data: Any, **kwargs: Any) -> FormatError:
 # ----------------------------------------------------------------------------- vector tests
 
 
-def test_manifest_is_complete() -> None:
-    manifest = _read_manifest(_vector_dir())
+@pytest.mark.parametrize("directory", _vector_dirs(), ids=str)
+def test_manifest_is_complete(directory: Path) -> None:
+    manifest = _read_manifest(directory)
     assert manifest["vectors"], "manifest lists no vectors"
     assert manifest["count"] == len(manifest["vectors"])
     for entry in manifest["vectors"]:
-        assert (_vector_dir() / entry["file"]).is_file(), entry["file"]
+        assert (directory / entry["file"]).is_file(), entry["file"]
+
+
+def test_in_repo_vectors_are_tracked_by_git() -> None:
+    """A clone gets the vectors only if .gitignore lets them be committed."""
+    repo = IN_REPO_VECTORS.parents[2]
+    if not (repo / ".git").exists():
+        pytest.skip("not a git checkout")
+    names = sorted(p.name for p in IN_REPO_VECTORS.iterdir())
+    ignored = subprocess.run(
+        ["git", "check-ignore", "--no-index", *names],
+        cwd=IN_REPO_VECTORS,
+        capture_output=True,
+        text=True,
+    )
+    assert ignored.returncode == 1 and not ignored.stdout, ignored.stdout
+
+
+def test_shared_vectors_if_present_match_the_in_repo_copy() -> None:
+    """The in-repo copy is the shared set, byte for byte, for as long as both exist."""
+    if not (SHARED_VECTORS / "manifest.json").is_file():
+        pytest.skip(f"no {SHARED_VECTORS} beside the repository")
+    shared = {p.name: p.read_bytes() for p in SHARED_VECTORS.iterdir() if p.is_file()}
+    in_repo = {p.name: p.read_bytes() for p in IN_REPO_VECTORS.iterdir() if p.is_file()}
+    assert sorted(shared) == sorted(in_repo)
+    differ = [name for name in shared if shared[name] != in_repo[name]]
+    assert not differ, f"in-repo vectors differ from {SHARED_VECTORS}: {differ}"
 
 
 def test_missing_vector_directory_fails_loudly(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("EVS_JAVA_VECTORS", str(tmp_path / "nowhere"))
-    assert _vector_dir() == tmp_path / "nowhere"
+    assert _vector_dirs() == [IN_REPO_VECTORS, tmp_path / "nowhere"]
     with pytest.raises(pytest.fail.Exception, match="EVS_JAVA_VECTORS"):
-        _read_manifest(_vector_dir())
+        _read_manifest(_vector_dirs()[1])
 
 
 @pytest.mark.parametrize("entry", VECTORS)
-def test_vector_decodes_and_reencodes_byte_exact(entry: dict[str, Any] | None) -> None:
-    raw = _vector_bytes(entry)
+def test_vector_decodes_and_reencodes_byte_exact(entry: tuple[Path, Any]) -> None:
+    raw, entry = _vector_bytes(entry)
     assert len(raw) == entry["length"]
     assert hashlib.sha256(raw).hexdigest() == entry["sha256"]
     value = loads(raw)
@@ -175,16 +214,16 @@ def test_vector_decodes_and_reencodes_byte_exact(entry: dict[str, Any] | None) -
 
 
 @pytest.mark.parametrize("entry", VECTORS)
-def test_vector_truncated_anywhere_is_rejected(entry: dict[str, Any] | None) -> None:
-    raw = _vector_bytes(entry)
+def test_vector_truncated_anywhere_is_rejected(entry: tuple[Path, Any]) -> None:
+    raw, _ = _vector_bytes(entry)
     for cut in range(len(raw)):
         error = _error(raw[:cut])
         assert error.offset is not None and error.offset <= cut
 
 
 @pytest.mark.parametrize("entry", VECTORS)
-def test_vector_mutations_only_raise_format_error(entry: dict[str, Any] | None) -> None:
-    raw = _vector_bytes(entry)
+def test_vector_mutations_only_raise_format_error(entry: tuple[Path, Any]) -> None:
+    raw, entry = _vector_bytes(entry)
     rng = random.Random(entry["name"])
     for _ in range(150):
         data = bytearray(raw)

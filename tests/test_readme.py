@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -46,3 +48,21 @@ def test_readme_training_block_runs(tmp_path, monkeypatch):
     exec(compile(block("## Training with PyTorch"), "training", "exec"), scope)
     remaining = sum(len(batch[2]) for batch in scope["stream"])
     assert remaining == 300 - 3 * 64  # resumed exactly after the three batches taken
+
+
+def test_readme_names_the_torch_extra_and_fits_a_small_machine():
+    """A reader who copies the training block needs the extra, and CI has 2 cores."""
+    training = README[README.index("## Training with PyTorch") :]
+    assert "pip install 'evalue_store[torch]'" in training.split("```python")[0]
+    workers = [int(n) for n in re.findall(r"num_workers=(\d+)", README)]
+    assert workers and max(workers) <= 2, workers
+
+
+def test_torch_adapter_without_torch_says_what_to_install():
+    code = "import sys; sys.modules['torch'] = None; import evalue_store.torch"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last == (
+        "ImportError: evalue_store.torch needs PyTorch, which is not installed: "
+        "pip install 'evalue_store[torch]'"
+    ), proc.stderr

@@ -10,20 +10,24 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import errno
 import glob
 import html
 import json
 import math
 import os
 import re
+import secrets
+import signal
 import sys
 import tempfile
+import threading
 import zipfile
 from collections import Counter
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, BinaryIO, Callable
 
 import numpy as np
 from tqdm import tqdm
@@ -31,8 +35,11 @@ from tqdm import tqdm
 import evalue_store as evs
 
 from . import java
-from .container import ENTRY_SIZE, FRAME_SIZE
+from .container import ENTRY_SIZE, FRAME_SIZE, MAGIC
 from .dtypes import CODE_TO_NAME, dtype_code
+from .files import fsync_dir, lock, replace_locked
+from .frames import MAX_FRAME_SIZE, is_compressed
+from .writer import MIN_FRAME_SIZE
 
 PROG = "evalue-store"
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
@@ -116,14 +123,52 @@ def build_parser() -> argparse.ArgumentParser:
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
         cmd.arguments(sub)
-        sub.set_defaults(run=cmd.run)
+        sub.set_defaults(run=cmd.run, parser=sub)
     return parser
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised like Ctrl-C's KeyboardInterrupt so that the same cleanup runs: a
+    killed run leaves no temporary file behind and never a partial output under OUT."""
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    raise Terminated()
+
+
+@contextmanager
+def sigterm_raises() -> Iterator[None]:
+    """Turn SIGTERM into Terminated while a command runs (when its default action is set and
+    this is the main thread: a host program's own handler is left alone)."""
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+    ):
+        yield
+        return
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``evalue-store`` script and of ``python -m evalue_store``."""
+    try:
+        with sigterm_raises():
+            return run_command(argv)
+    except KeyboardInterrupt as exc:  # the cleanup ran on the way out
+        terminated = isinstance(exc, Terminated)
+        print(f"{PROG}: {'terminated' if terminated else 'interrupted'}", file=sys.stderr)
+        return 128 + (signal.SIGTERM if terminated else signal.SIGINT)
+
+
+def run_command(argv: list[str] | None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # reported by the command's parser, which names its own --help
+        getattr(args, "parser", parser).error(f"unrecognized arguments: {' '.join(extra)}")
     if not hasattr(args, "run"):
         parser.error("no command given; try `evalue-store demo`")
     try:
@@ -131,8 +176,6 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `evalue-store head f | head -3`: the reader left, that is fine
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK
-    except KeyboardInterrupt:
-        return 130
     except Exception as exc:
         if args.debug:
             raise
@@ -206,6 +249,28 @@ def json_object(text: str) -> dict:
     if not isinstance(value, dict):
         raise argparse.ArgumentTypeError('must be a JSON object, like \'{"name": "w1"}\'')
     return value
+
+
+def int_range(low: int, high: int | None = None) -> Callable[[str], int]:
+    """argparse type: an integer in [low, high], checked before any work (out of range, it
+    would surface later as an error blamed on the input file, or as a silent no-op)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        if high is None and value < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low}, not {value}")
+        if high is not None and not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be from {low} to {high}, not {value}")
+        return value
+
+    return parse
+
+
+at_least_one = int_range(1)
+ZSTD_LEVELS = (-(1 << 17), 22)  # zstd's negative "fast" levels, then 1 (fast) to 22 (small)
 
 
 def natural_key(text: str) -> list[tuple[int, Any]]:
@@ -381,7 +446,7 @@ def value_full(value: Any) -> str:
 def print_head(ds: evs.Dataset, n: int) -> int:
     """The first ``n`` records, summarized; an unreadable one is named and skipped."""
     code = EXIT_OK
-    for i in range(min(max(n, 0), len(ds))):
+    for i in range(min(n, len(ds))):
         if i:
             print()
         try:
@@ -903,7 +968,8 @@ def info_report(ds: evs.Dataset) -> tuple[dict, list[str]]:
         "metadata_bytes": commit.metadata_length,
         "overhead_bytes": committed - data - index - commit.metadata_length,
         "uncommitted_bytes": ds.uncommitted_bytes,
-        "commits": commit.number,
+        "commits": commit.number - 1,  # number 1 is the empty commit that creates a file
+        "last_commit": commit.number,
         "segments": len(commit.segments),
         "alignment": header.alignment,
         "writer": header.writer,
@@ -968,14 +1034,24 @@ def scalar_or_array(array: np.ndarray) -> Any:
     return array.item()
 
 
+def numpy_file(path: str, magic: bytes, what: str) -> None:
+    """Check a file's first bytes: np.load takes anything else for a pickle and says so."""
+    with open(path, "rb") as f:
+        head = f.read(len(magic))
+    if head != magic:
+        raise CliError(path, f"cannot read: {'empty file' if not head else 'not ' + what}")
+
+
 def npz_source(path: str, args: argparse.Namespace, fields: Counter) -> Source:
     """One record per .npz file: its arrays in the order they are stored in the archive."""
+    numpy_file(path, b"PK", "a .npz file (a zip archive of .npy arrays)")
     with np.load(path, allow_pickle=False) as npz:
         fields[tuple(npz.files)] += 1
         yield path, [scalar_or_array(npz[name]) for name in npz.files]
 
 
 def npy_source(path: str, args: argparse.Namespace, fields: Counter) -> Source:
+    numpy_file(path, b"\x93NUMPY", "a .npy file")
     yield path, [scalar_or_array(np.load(path, allow_pickle=False))]
 
 
@@ -991,7 +1067,8 @@ def json_tensor(items: list, dtype: str) -> np.ndarray:
                 leaves.add(type(item))
             else:
                 found = "null" if item is None else type(item).__name__
-                raise ValueError(f"a list must hold only numbers or only bools, not {found}")
+                hint = " (give each string its own value, or join them)" if found == "str" else ""
+                raise ValueError(f"a list must hold only numbers or only bools, not {found}{hint}")
     if bool in leaves and len(leaves) > 1:
         raise ValueError("a list mixes bools and numbers")
     try:
@@ -1082,14 +1159,103 @@ def expand_inputs(args: argparse.Namespace) -> list[str]:
     if skipped:
         note(args, f"{PROG}: skipped {plural(skipped, 'file')} not {'/'.join(PACK_SUFFIXES)}")
     if not files:
-        raise CliError(None, "no input files to pack")
+        raise CliError(None, f"no input files to pack (it reads {', '.join(PACK_SUFFIXES)})")
     return files
 
 
-def refuse_overwrite(path: str, force: bool) -> None:
-    """Replacing a container takes --force: it may hold the only copy of some data."""
-    if os.path.exists(path) and not force:
-        raise CliError(path, "already exists; use --append to add to it or --force to replace it")
+LOCKED = "a running writer has this file open; not replaced (wait until it exits)"
+
+
+def check_output(path: str) -> None:
+    """An output's folder must exist and the output must not be a folder (the errors would
+    otherwise name the temporary file)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise CliError(path, f"no such folder {folder}")
+    if os.path.isdir(path):
+        raise CliError(path, "is a directory; give a file name")
+
+
+def refuse_container(path: str, what: str) -> None:
+    """A page or a dictionary never replaces a container (`stats F --html F`): it may hold
+    the only copy of its data."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(len(MAGIC))
+    except OSError:
+        return
+    if head == MAGIC or is_compressed(head):
+        raise CliError(path, f"is an evalue_store container; {what} never replaces one")
+
+
+def refuse_overwrite(path: str, force: bool, append: bool = False) -> None:
+    """Replacing a container takes --force: it may hold the only copy of some data. Checked
+    before any work: OUT's folder must exist, OUT must not be a folder nor a live writer's."""
+    check_output(path)
+    if not os.path.exists(path):
+        return
+    if not force:
+        flags = "--append to add to it or --force" if append else "--force"
+        raise CliError(path, f"already exists; use {flags} to replace it")
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return  # unreadable: the rename decides
+    try:
+        lock(fd, path)
+    except evs.WriterLockedError:
+        raise CliError(path, LOCKED) from None
+    finally:
+        os.close(fd)
+
+
+@contextmanager
+def replacing(path: str, *, clobber: bool = True, durable: bool = True) -> Iterator[str]:
+    """A temporary name beside ``path`` to build the output under; when the block ends, it is
+    renamed to ``path`` and the folder fsynced (``durable``). On any exception, Ctrl-C and
+    SIGTERM included, the temporary file is removed, so ``path`` is as it was or complete.
+
+    The rename is refused while a running Writer holds ``path`` (its later commits would go
+    to an unlinked inode); without ``clobber`` an existing ``path`` is never replaced.
+    """
+    check_output(path)
+    temp = f"{path}.{os.getpid()}-{secrets.token_hex(3)}.partial"
+    try:
+        yield temp
+        if clobber:
+            try:
+                replace_locked(temp, path, durable=durable)
+            except evs.WriterLockedError:
+                raise CliError(path, LOCKED) from None
+        else:
+            exists = CliError(path, "already exists; use --force to overwrite")
+            try:
+                os.link(temp, path)  # atomic, and fails if path exists
+                os.unlink(temp)
+            except FileExistsError:
+                raise exists from None
+            except OSError as exc:  # no hard links (FAT, some network filesystems)
+                if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP):
+                    raise
+                if os.path.exists(path):
+                    raise exists from None
+                os.rename(temp, path)
+            if durable:
+                fsync_dir(path)
+    except BaseException:
+        with suppress(FileNotFoundError):
+            os.unlink(temp)
+        raise
+
+
+@contextmanager
+def new_file(path: str, *, clobber: bool = True, durable: bool = True) -> Iterator[BinaryIO]:
+    """A binary file to write ``path``'s bytes into; they appear under ``path`` only when
+    complete and fsynced (see ``replacing``)."""
+    with replacing(path, clobber=clobber, durable=durable) as temp, open(temp, "xb") as out:
+        yield out
+        out.flush()
+        os.fsync(out.fileno())
 
 
 @contextmanager
@@ -1118,15 +1284,9 @@ def output_writer(
             yield writer
         return
     refuse_overwrite(path, force)
-    temp = f"{path}.{os.getpid()}.partial"
-    writer = evs.Writer(temp, "x", metadata=metadata, alignment=alignment, **options)
-    try:
-        with writer:
+    with replacing(path) as temp:
+        with evs.Writer(temp, "x", metadata=metadata, alignment=alignment, **options) as writer:
             yield writer
-        os.replace(temp, path)
-    finally:
-        if os.path.exists(temp):
-            os.remove(temp)
 
 
 def pack_files(files: list[str], args: argparse.Namespace) -> tuple[int, int]:
@@ -1148,6 +1308,8 @@ def pack_files(files: list[str], args: argparse.Namespace) -> tuple[int, int]:
                                 raise CliError(where, str(exc)) from None
                             written += 1
                     except (ValueError, EOFError, zipfile.BadZipFile) as exc:
+                        if "allow_pickle" in str(exc):  # numpy's advice is for its own API
+                            exc = ValueError("holds Python objects, which pack never unpickles")
                         raise CliError(path, f"cannot read: {exc}") from None
                     bar.update()
         except Exception as exc:
@@ -1198,20 +1360,18 @@ def export_name(args: argparse.Namespace, index: int, count: int, suffix: str) -
     return os.path.join(args.to, f"{index:0{max(6, len(str(count - 1)))}d}{suffix}")
 
 
-def write_new(path: str, force: bool) -> Any:
-    try:
-        return open(path, "wb" if force else "xb")
-    except FileExistsError:
-        raise CliError(path, "already exists; use --force to overwrite") from None
-
-
 def export_records(ds: evs.Dataset, args: argparse.Namespace, bar: tqdm) -> int:
-    os.makedirs(args.to, exist_ok=True)
+    """Each file appears complete (written, fsynced, renamed); the folder is fsynced at the end."""
+    if os.path.exists(args.to) and not os.path.isdir(args.to):
+        raise CliError(args.to, "is a file; --to takes a folder")
+    if not os.path.isdir(args.to):
+        os.makedirs(args.to)
+        fsync_dir(args.to)  # its entry in its parent
     n = len(ds)
     if args.format == "jsonl":
         stem = os.path.splitext(os.path.basename(ds.path))[0]
         out_path = os.path.join(args.to, stem + ".jsonl")
-        with write_new(out_path, args.force) as out:
+        with new_file(out_path, clobber=args.force) as out:
             for i, record in enumerate(ds):
                 try:
                     line = json.dumps(json_ready(record), ensure_ascii=False)
@@ -1232,12 +1392,15 @@ def export_records(ds: evs.Dataset, args: argparse.Namespace, bar: tqdm) -> int:
         except evs.EncodeError as exc:
             raise CliError(ds.path, f"record {i}: {exc}") from None
         suffix = ".bin" if args.format == "java" else ".npz"
-        with write_new(export_name(args, i, n, suffix), args.force) as out:
+        path = export_name(args, i, n, suffix)
+        with new_file(path, clobber=args.force, durable=False) as out:
             if args.format == "java":
                 out.write(data)
             else:
                 np.savez(out, **arrays)
         bar.update()
+        if i == n - 1:
+            fsync_dir(path)  # every name at once
     return n
 
 
@@ -1334,7 +1497,9 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 def _head_args(p: argparse.ArgumentParser) -> None:
     _file(p)
-    p.add_argument("-n", type=int, default=5, metavar="N", help="records to show (default 5)")
+    p.add_argument(
+        "-n", type=at_least_one, default=5, metavar="N", help="records to show (default 5)"
+    )
 
 
 @command(
@@ -1342,6 +1507,8 @@ def _head_args(p: argparse.ArgumentParser) -> None:
 )
 def cmd_head(args: argparse.Namespace) -> int:
     with open_dataset(args.file) as ds:
+        if not len(ds):
+            print(f"{args.file}: no records")
         return print_head(ds, args.n)
 
 
@@ -1362,7 +1529,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 def _stats_args(p: argparse.ArgumentParser) -> None:
     _file(p)
-    p.add_argument("--sample", type=int, metavar="N", help="read N records spread evenly")
+    p.add_argument("--sample", type=at_least_one, metavar="N", help="read N records spread evenly")
     _json_flag(p)
     p.add_argument("--html", metavar="PAGE", help="also write a self-contained HTML report")
 
@@ -1377,15 +1544,16 @@ Histograms count every value read (NaN and Inf are counted apart); memory stays 
 however many records there are.""",
 )
 def cmd_stats(args: argparse.Namespace) -> int:
-    if args.sample is not None and args.sample < 1:
-        raise CliError(None, "--sample must be at least 1")
+    if args.html:  # before the work
+        check_output(args.html)
+        refuse_container(args.html, "an HTML page")
     with open_dataset(args.file) as ds:
         total = len(sample_indices(len(ds), args.sample))
         with progress(args, total, "stats", "rec") as bar:
             report = collect_stats(ds, args.sample, bar)
     if args.html:
-        with open(args.html, "w", encoding="utf-8") as page:
-            page.write(stats_html(report))
+        with new_file(args.html) as page:
+            page.write(stats_html(report).encode("utf-8"))
         note(args, f"{PROG}: wrote {args.html}")
     if args.json:
         print(json.dumps(report, indent=2))
@@ -1492,7 +1660,7 @@ lists must be rectangular. A new OUT appears only when complete.""",
 )
 def cmd_pack(args: argparse.Namespace) -> int:
     if not args.append:
-        refuse_overwrite(args.output, args.force)
+        refuse_overwrite(args.output, args.force, append=True)
     files = expand_inputs(args)
     written, size = pack_files(files, args)
     print(
@@ -1634,15 +1802,25 @@ def cmd_copy(args: argparse.Namespace) -> int:
 def _compress_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", metavar="FILE", help="container to compress")
     p.add_argument("-o", "--output", required=True, metavar="OUT", help="compressed container")
-    p.add_argument("--level", type=int, default=3, help="zstd level (default 3)")
     p.add_argument(
-        "--frame-size", type=int, default=4 << 10, metavar="BYTES", help="target frame size"
+        "--level", type=int_range(*ZSTD_LEVELS), default=3, help="zstd level, up to 22 (default 3)"
+    )
+    p.add_argument(
+        "--frame-size",
+        type=int_range(MIN_FRAME_SIZE, MAX_FRAME_SIZE),
+        default=4 << 10,
+        metavar="BYTES",
+        help="target frame size",
     )
     p.add_argument(
         "--dictionary", action="store_true", help="train a zstd dictionary and store it in OUT"
     )
     p.add_argument(
-        "--dict-samples", type=int, default=1000, metavar="N", help="records to train it on"
+        "--dict-samples",
+        type=at_least_one,
+        default=1000,
+        metavar="N",
+        help="records to train it on",
     )
     p.add_argument("--force", action="store_true", help="replace OUT if it exists")
 
@@ -1653,10 +1831,12 @@ def _compress_args(p: argparse.ArgumentParser) -> None:
     "evalue-store compress train.evs -o train.evs.zst --dictionary",
     _compress_args,
     notes="""OUT holds the same records and metadata as one new commit. Stock zstd decompresses
-it ("zstd -d OUT"); with --dictionary it needs the dictionary: evalue-store dictionary OUT.""",
+it ("zstd -d OUT"); with --dictionary it needs the dictionary, which
+"evalue-store dictionary OUT -o DICT" writes out.""",
 )
 def cmd_compress(args: argparse.Namespace) -> int:
     refuse_overwrite(args.output, args.force)
+    before = os.path.getsize(args.file)  # OUT may be FILE itself (with --force)
     with open_dataset(args.file) as ds:
         options: dict[str, Any] = {
             "compression": "zstd",
@@ -1667,7 +1847,7 @@ def cmd_compress(args: argparse.Namespace) -> int:
             samples = ds[: max(8, min(len(ds), args.dict_samples))]
             options["dictionary"] = evs.train_dictionary(samples)
         copy_records(ds, args, "compress", **options)
-    before, after = os.path.getsize(args.file), os.path.getsize(args.output)
+    after = os.path.getsize(args.output)
     print(
         f"compressed {args.file} ({before:,} bytes) into {args.output} ({after:,} bytes, "
         f"{after / max(before, 1):.2f}x)"
@@ -1737,19 +1917,16 @@ def cmd_decompress(args: argparse.Namespace) -> int:
     with open_dataset(args.file) as ds:
         if not ds.compressed:
             raise CliError(args.file, "is not compressed")
-        temp = f"{args.output}.{os.getpid()}.partial"
-        try:
+        with replacing(args.output) as temp:
             with open(temp, "xb") as out, progress(args, ds.logical_size, "decompress", "B") as bar:
                 for chunk in ds.logical_chunks():
                     out.write(chunk)
                     bar.update(len(chunk))
+                out.flush()
+                os.fsync(out.fileno())
             with evs.open(temp) as check:  # what we wrote must be a valid container
                 if len(check) != len(ds):
                     raise CliError(args.output, "decompressed output lost records")
-            os.replace(temp, args.output)
-        finally:
-            if os.path.exists(temp):
-                os.remove(temp)
     print(f"decompressed {args.file} into {args.output} ({os.path.getsize(args.output):,} bytes)")
     return EXIT_OK
 
@@ -1757,6 +1934,7 @@ def cmd_decompress(args: argparse.Namespace) -> int:
 def _dictionary_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", metavar="FILE", help="compressed container")
     p.add_argument("-o", "--output", required=True, metavar="OUT", help="dictionary file")
+    p.add_argument("--force", action="store_true", help="replace OUT if it exists")
 
 
 @command(
@@ -1766,10 +1944,13 @@ def _dictionary_args(p: argparse.ArgumentParser) -> None:
     _dictionary_args,
 )
 def cmd_dictionary(args: argparse.Namespace) -> int:
+    refuse_container(args.output, "a dictionary")
+    refuse_overwrite(args.output, args.force)
+    open_dataset(args.file).close()  # a file that is no container is a one-line error
     data = evs.read_dictionary(args.file)
     if data is None:
         raise CliError(args.file, "holds no dictionary (zstd -d needs none)", EXIT_PROBLEMS)
-    with open(args.output, "wb") as out:
+    with new_file(args.output) as out:
         out.write(data)
     print(f"wrote the {len(data):,}-byte dictionary of {args.file} to {args.output}")
     return EXIT_OK

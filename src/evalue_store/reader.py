@@ -195,8 +195,8 @@ class Dataset:
             commit = find_last_commit(probe.read, size, header, probe.rfind)
             if self.backend == "mmap":
                 source: Any = _MmapSource(fd, commit.end)
-                os.close(fd)
-                fd = -1
+                owned, fd = fd, -1  # forgotten first: an interrupt after close(2) never
+                os.close(owned)  # leads to a second close of a number reused meanwhile
             else:
                 source = _PreadSource(fd, commit.end, header.alignment)
         except BaseException:

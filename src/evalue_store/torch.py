@@ -18,7 +18,16 @@ from collections.abc import Callable, Collection, Hashable, Iterator, Mapping, S
 from typing import Any, NamedTuple
 
 import numpy as np
-import torch
+
+try:
+    import torch
+except ModuleNotFoundError as exc:  # evalue_store itself never needs torch
+    if exc.name != "torch":
+        raise
+    raise ImportError(
+        "evalue_store.torch needs PyTorch, which is not installed: "
+        "pip install 'evalue_store[torch]'"
+    ) from None
 import torch.distributed as dist
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
 

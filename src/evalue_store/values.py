@@ -156,9 +156,24 @@ def _list_kind(items: list[Any]) -> Kind:
     tensors = [x is None or isinstance(x, np.ndarray) or _is_torch_tensor(x) for x in items]
     if all(tensors):
         return Kind.LIST_OPTIONAL_TENSOR if any(x is None for x in items) else Kind.LIST_TENSOR
-    kinds = sorted({type(x).__name__ for x in items})
-    raise EncodeError(
-        f"list mixes {', '.join(kinds)}: wrap it (ListDouble, ListInt, ...) to choose a kind"
+    raise EncodeError(_list_problem(items))
+
+
+def _list_problem(items: list[Any]) -> str:
+    """What is wrong with a list no EValue list kind holds, and what to do instead."""
+    if all(isinstance(x, (str, bytes, bytearray, memoryview)) for x in items):
+        return (
+            "a list of strings is not an EValue kind: store each string as its own value "
+            "of the record, or join them into one string"
+        )
+    if any(isinstance(x, (list, tuple)) for x in items):
+        return "a nested list is not an EValue kind: store it as a tensor (np.array(...))"
+    kinds = ", ".join(sorted({type(x).__name__ for x in items}))
+    if all(isinstance(x, (int, float, np.integer, np.floating)) for x in items):
+        return f"list mixes {kinds}: wrap it to choose a kind (evs.ListDouble, evs.ListInt)"
+    return (
+        f"list mixes {kinds}: a list holds only bools, only ints, only floats, or tensors "
+        "(with None for a ListOptionalTensor)"
     )
 
 
