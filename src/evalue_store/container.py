@@ -48,6 +48,8 @@ FOOTER_MAGIC = b"EVSFOOT1"
 SEGMENT = struct.Struct("<QQII")  # offset, record count, crc32 of its entries, level
 TRAILER = struct.Struct("<QII8s")  # footer offset, footer length, crc32, end magic
 TRAILER_MAGIC = b"EVSEND01"
+MAX_FOOTER = FOOTER_FIXED.size + MAX_SEGMENTS * SEGMENT.size + TRAILER.size
+SEARCH_CHUNK = 1 << 20  # bytes of tail read at a time by the backward search
 
 
 def align_up(value: int, alignment: int) -> int:
@@ -172,6 +174,16 @@ def parse_footer_at(
     if trailer_end - TRAILER.size < header.data_start:
         return None
     trailer = bytes(read(trailer_end - TRAILER.size, TRAILER.size))
+    found = _footer_candidate(read, trailer, trailer_end, header)
+    return None if found is None else _parse_footer(read, trailer_end, header, *found)
+
+
+def _footer_candidate(
+    read: Callable[[int, int], bytes], trailer: bytes, trailer_end: int, header: Header
+) -> tuple[int, int, int] | None:
+    """(offset, length, crc) of the footer a trailer points to, if every field that costs no
+    hashing is right: the trailer's own fields, then the footer's magic, file_id and segment
+    count. Only a candidate passing these is worth its checksum."""
     offset, length, stored_crc, magic = TRAILER.unpack(trailer)
     if magic != TRAILER_MAGIC or offset % header.alignment or offset < header.data_start:
         return None
@@ -181,14 +193,27 @@ def parse_footer_at(
     n_segments = (length - fixed_and_trailer) // SEGMENT.size
     if n_segments > MAX_SEGMENTS or fixed_and_trailer + n_segments * SEGMENT.size != length:
         return None
+    fixed = bytes(read(offset, FOOTER_FIXED.size))
+    if fixed[:8] != FOOTER_MAGIC or fixed[8:24] != header.file_id:
+        return None
+    if FOOTER_FIXED.unpack(fixed)[-1] != n_segments:
+        return None
+    return offset, length, stored_crc
+
+
+def _parse_footer(
+    read: Callable[[int, int], bytes],
+    trailer_end: int,
+    header: Header,
+    offset: int,
+    length: int,
+    stored_crc: int,
+) -> Commit | None:
+    """The commit of a candidate footer, or None if its checksum does not match."""
     body = bytes(read(offset, length))
     if crc32(body[: length - 12]) != stored_crc:
         return None
-    (magic, file_id, number, count, prev, meta_off, meta_len, meta_crc, n) = (
-        FOOTER_FIXED.unpack_from(body)
-    )
-    if magic != FOOTER_MAGIC or file_id != header.file_id or n != n_segments:
-        return None
+    (_, _, number, count, prev, meta_off, meta_len, meta_crc, n) = FOOTER_FIXED.unpack_from(body)
     segments = tuple(
         Segment(*SEGMENT.unpack_from(body, FOOTER_FIXED.size + k * SEGMENT.size)) for k in range(n)
     )
@@ -235,30 +260,52 @@ def _check_commit(commit: Commit, header: Header) -> None:
         raise FormatError("previous footer does not precede this one", where)
 
 
-def find_last_commit(
-    read: Callable[[int, int], bytes],
-    size: int,
-    header: Header,
-    rfind: Callable[[bytes, int, int], int],
-) -> Commit:
+def find_last_commit(read: Callable[[int, int], bytes], size: int, header: Header) -> Commit:
     """The last valid commit in a file of ``size`` bytes.
 
     A cleanly closed file ends with its footer: one check. After a crash (or while a writer
     is appending) the file has a tail after its last footer; the search walks backwards
-    from the end over trailer magics, so it costs time proportional to that tail only.
+    from the end over trailer magics (docs/FORMAT.md section 7). It reads the tail once,
+    in chunks; each magic costs O(1) checks, and the bytes hashed for candidate footers are
+    capped at twice the tail searched plus two of the largest footers, so a hostile tail of
+    fake trailers costs time linear in its size and then raises FormatError.
     """
     commit = parse_footer_at(read, size, header)
     if commit is not None:
         return commit
-    end = size
-    while True:
-        hit = rfind(TRAILER_MAGIC, header.data_start, end - 1)
-        if hit < 0:
-            return empty_commit(header.data_start)
-        commit = parse_footer_at(read, hit + len(TRAILER_MAGIC), header)
-        if commit is not None:
-            return commit
-        end = hit + len(TRAILER_MAGIC) - 1
+    hashed = 0
+    hi = size
+    while hi - header.data_start >= len(TRAILER_MAGIC):
+        lo = max(header.data_start, hi - SEARCH_CHUNK)
+        chunk = bytes(read(lo, hi - lo))
+        pos = len(chunk)
+        while (hit := chunk.rfind(TRAILER_MAGIC, 0, pos)) >= 0:
+            pos = hit + len(TRAILER_MAGIC) - 1
+            trailer_end = lo + hit + len(TRAILER_MAGIC)
+            start = trailer_end - TRAILER.size
+            if trailer_end == size or start < header.data_start:
+                continue
+            if start >= lo:
+                trailer = chunk[start - lo : hit + len(TRAILER_MAGIC)]
+            else:
+                trailer = bytes(read(start, TRAILER.size))
+            found = _footer_candidate(read, trailer, trailer_end, header)
+            if found is None:
+                continue
+            hashed += found[1]
+            if hashed > 2 * (size - trailer_end) + 2 * MAX_FOOTER:
+                raise FormatError(
+                    f"no valid commit found after checksumming {hashed} bytes of candidate "
+                    f"footers in the last {size - trailer_end} bytes (a hostile tail?)",
+                    trailer_end,
+                )
+            commit = _parse_footer(read, trailer_end, header, *found)
+            if commit is not None:
+                return commit
+        if lo == header.data_start:
+            break
+        hi = lo + len(TRAILER_MAGIC) - 1  # a magic cut by the chunk boundary is found next
+    return empty_commit(header.data_start)
 
 
 def check_frame(

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import zstandard
 
+from .container import Commit, Header, parse_footer_at
 from .errors import FormatError
 from .seekable import (
     DEFAULT_MAX_FRAME_SIZE,
@@ -71,7 +72,7 @@ def read_dictionary(src: Any, size: int) -> bytes | None:
     return bytes(src[8 : 8 + length])
 
 
-def _table_from_lists(csizes: list, dsizes: list, checksums: list) -> SeekTable:
+def table_from_lists(csizes: list, dsizes: list, checksums: list) -> SeekTable:
     """A SeekTable over frames the writer tracks in memory (no table in the file yet)."""
     c = np.asarray(csizes, np.int64)
     d = np.asarray(dsizes, np.int64)
@@ -284,10 +285,15 @@ class ZstdSource:
                     problems.append(f"earlier seek table (frame {k}) is damaged")
         return problems
 
-    def rfind(self, needle: bytes, start: int, end: int) -> int:
-        raise FormatError(
-            "the last seek table does not end with a container footer", self.table.table_offset
-        )
+    def last_commit(self, header: Header) -> Commit:
+        """The commit the last seek table ends with: a compressed file has no tail to search
+        (frames after the last table are a crash's, and the table's end is a commit's)."""
+        commit = parse_footer_at(self.read, self.size, header)
+        if commit is None:
+            raise FormatError(
+                "the last seek table does not end with a container footer", self.table.table_offset
+            )
+        return commit
 
     def close(self) -> None:
         self._cache.clear()
@@ -459,7 +465,7 @@ class ZstdSink:
     def read(self, offset: int, n: int) -> bytes:
         """Logical bytes already in frames (the writer reads old index segments to merge)."""
         self.flush()
-        table = _table_from_lists(self.csizes, self.dsizes, self.checksums)
+        table = table_from_lists(self.csizes, self.dsizes, self.checksums)
         src = _FdSource(self.fd)
         out = bytearray()
         offsets = table.decompressed_offsets

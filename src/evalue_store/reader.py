@@ -13,6 +13,7 @@ from typing import Any, Union
 
 import numpy as np
 
+from . import bounded
 from .codec import compile_layout, decode_payload
 from .container import (
     ENTRY,
@@ -64,9 +65,6 @@ class _MmapSource:
         """(buffer, position) such that buffer[position:position + n] is file[offset:...]."""
         return self.view, offset
 
-    def rfind(self, needle: bytes, start: int, end: int) -> int:
-        return self.map.rfind(needle, start, end)
-
     def close(self) -> None:
         try:
             self.view.release()  # tensors hold views of their own
@@ -77,8 +75,6 @@ class _MmapSource:
 
 class _PreadSource:
     """The file through os.pread: for filesystems where mmap is slow (NFS, FUSE)."""
-
-    CHUNK = 1 << 20
 
     def __init__(self, fd: int, size: int, alignment: int = 64):
         self.fd = fd
@@ -98,18 +94,6 @@ class _PreadSource:
 
     def frame(self, offset: int, n: int) -> tuple[Any, int]:
         return self.read(offset, n), 0
-
-    def rfind(self, needle: bytes, start: int, end: int) -> int:
-        # Backwards over chunks that overlap by len(needle) - 1 bytes so no match is cut.
-        while end - start >= len(needle):
-            lo = max(start, end - self.CHUNK)
-            hit = bytes(self.read(lo, end - lo)).rfind(needle)
-            if hit >= 0:
-                return lo + hit
-            end = lo + len(needle) - 1
-            if lo == start:
-                break
-        return -1
 
     def close(self) -> None:
         pass
@@ -170,7 +154,7 @@ class Dataset:
                 return
             probe = _PreadSource(fd, size)
             header = parse_header(probe.read, size)
-            commit = find_last_commit(probe.read, size, header, probe.rfind)
+            commit = find_last_commit(probe.read, size, header)
             if self.backend == "mmap":
                 source: Any = _MmapSource(fd, commit.end)
                 os.close(fd)
@@ -193,7 +177,7 @@ class Dataset:
         try:
             header = parse_header(source.read, source.size)
             source.set_alignment(header.alignment)
-            commit = find_last_commit(source.read, source.size, header, source.rfind)
+            commit = source.last_commit(header)
         except BaseException:
             source.close()
             raise
@@ -598,28 +582,28 @@ class Dataset:
         return report
 
     def _verify_index(self, report: VerifyReport) -> None:
-        """Segment checksums, and record frames in increasing, non-overlapping order."""
+        """Segment checksums, and record frames in increasing, non-overlapping order (read a
+        chunk at a time: a compressed index can be far bigger than its file)."""
         previous_end = self.header.data_start
         base = 0
         for k, seg in enumerate(self._segments):
+            crc, overlaps = 0, []
             try:
-                raw = self._source.read(seg.offset, seg.count * ENTRY_SIZE)
+                for lo, entries in bounded.index_chunks(self._source.read, seg):
+                    crc = zlib.crc32(entries, crc)
+                    starts, ends = bounded.extents(entries).T
+                    if len(overlaps) < 100:  # a problem: each record's read says which is bad
+                        before = np.concatenate([[previous_end], ends[:-1]])
+                        overlaps += (np.flatnonzero(starts < before) + base + lo).tolist()
+                    previous_end = int(ends[-1])
             except FormatError as exc:
                 report.problems.append(f"index segment {k} unreadable: {exc}")
                 base += seg.count
                 continue
-            if crc32(raw) != seg.crc:
+            if crc != seg.crc:
                 report.problems.append(f"index segment {k} at {seg.offset}: checksum mismatch")
-            entries = np.frombuffer(raw, ENTRY_DTYPE, seg.count)
-            starts = entries["offset"].astype(np.int64)
-            ends = starts + FRAME_SIZE + entries["length"].astype(np.int64)
-            overlaps = np.flatnonzero(starts[1:] < ends[:-1]) + 1
-            if starts[0] < previous_end:
-                overlaps = np.concatenate([[0], overlaps])
-            for j in overlaps[:100]:  # an index problem: the read of each record says which is bad
-                j = base + int(j)
+            for j in overlaps[:100]:
                 report.problems.append(f"index: records {j - 1} and {j} overlap in the file")
-            previous_end = int(ends[-1])
             base += seg.count
 
     def _verify_history(self, report: VerifyReport) -> list[Commit]:
@@ -654,33 +638,27 @@ class Dataset:
 
     def _block_intact(self, offset: int, length: int, crc: int) -> bool:
         try:
-            return crc32(self._source.read(offset, length)) == crc
+            return bounded.crc_range(self._source.read, offset, length) == crc
         except FormatError:
             return False
 
     def _verify_padding(self, report: VerifyReport, commits: list[Commit]) -> None:
         """Every byte between blocks must be zero (docs/FORMAT.md section 1). No checksum
-        covers these gaps and no read looks at them, so this is the only check they get."""
+        covers these gaps and no read looks at them, so this is the only check they get.
+        Runs once the index is sound (records in file order), in bounded memory."""
         header_length = HEADER_FIXED.unpack(bytes(self._source.read(0, HEADER_FIXED.size)))[5]
         blocks = [(0, header_length)]
         for commit in commits:
             blocks.append((commit.footer_offset, commit.end))
             blocks += [(offset, offset + n) for offset, n, _, _ in _checksummed_blocks(commit)]
-        fixed = np.array(blocks, np.int64)
-        entries = self.entries()
-        records = entries["offset"].astype(np.int64)
-        starts = np.concatenate([fixed[:, 0], records])
-        ends = np.concatenate(
-            [fixed[:, 1], records + FRAME_SIZE + entries["length"].astype(np.int64)]
+        read = self._source.read
+        records = (
+            bounded.extents(entries)
+            for seg in self._segments
+            for _, entries in bounded.index_chunks(read, seg)
         )
-        order = np.argsort(starts, kind="stable")
-        starts, ends = starts[order], np.maximum.accumulate(ends[order])
-        gap_starts, gap_ends = ends[:-1], starts[1:]
-        keep = gap_ends > gap_starts
-        bad = []
-        for start, end in zip(gap_starts[keep].tolist(), gap_ends[keep].tolist()):
-            if bytes(self._source.read(start, end - start)).count(0) != end - start:
-                bad.append(start)
+        gaps = bounded.gaps(blocks, records)
+        bad = [start for start, end in gaps if not bounded.all_zero(read, start, end)]
         if bad:
             where = ", ".join(str(b) for b in bad[:10]) + (" ..." if len(bad) > 10 else "")
             report.problems.append(

@@ -1,0 +1,75 @@
+"""Bounded-memory passes over a container's logical bytes, for ``Dataset.verify``.
+
+A compressed file's logical size can be up to 32768 times its size (docs/FORMAT.md section
+16), so nothing here reads a block, a gap or an index segment in one piece: each pass reads
+at most CHUNK bytes at a time, whatever the file claims.
+"""
+
+from __future__ import annotations
+
+import itertools
+import zlib
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import numpy as np
+
+from .container import ENTRY_DTYPE, ENTRY_SIZE, FRAME_SIZE, Segment
+
+CHUNK = 1 << 20  # bytes read at a time
+
+Read = Callable[[int, int], Any]
+
+
+def crc_range(read: Read, offset: int, length: int) -> int:
+    """crc32 of logical bytes [offset, offset + length)."""
+    value = 0
+    for at in range(offset, offset + length, CHUNK):
+        value = zlib.crc32(read(at, min(CHUNK, offset + length - at)), value)
+    return value
+
+
+def all_zero(read: Read, start: int, end: int) -> bool:
+    """True when logical bytes [start, end) are all zero."""
+    for at in range(start, end, CHUNK):
+        n = min(CHUNK, end - at)
+        if bytes(read(at, n)).count(0) != n:
+            return False
+    return True
+
+
+def index_chunks(read: Read, seg: Segment) -> Iterator[tuple[int, np.ndarray]]:
+    """(number of the first entry, entries) of an index segment, CHUNK bytes at a time."""
+    step = CHUNK // ENTRY_SIZE
+    for lo in range(0, seg.count, step):
+        count = min(step, seg.count - lo)
+        raw = read(seg.offset + lo * ENTRY_SIZE, count * ENTRY_SIZE)
+        yield lo, np.frombuffer(raw, ENTRY_DTYPE, count)
+
+
+def extents(entries: np.ndarray) -> np.ndarray:
+    """[[start, end], ...] of the record frames index entries point to (int64)."""
+    starts = entries["offset"].astype(np.int64)
+    return np.stack([starts, starts + FRAME_SIZE + entries["length"].astype(np.int64)], axis=1)
+
+
+def gaps(fixed: Iterable[tuple[int, int]], records: Iterable[np.ndarray]) -> Iterator[tuple]:
+    """(start, end) of every range covered by no block: the blocks are ``fixed`` (any order)
+    and record extents given chunk by chunk in file order (as a sound index holds them).
+
+    Each record chunk is merged with the fixed blocks that start before its last record, so
+    memory is one chunk plus the fixed blocks, not the whole index.
+    """
+    table = np.array(sorted(fixed), np.int64).reshape(-1, 2)
+    reach, taken = 0, 0
+    for chunk in itertools.chain(records, [None]):
+        upto = len(table) if chunk is None else int(np.searchsorted(table[:, 0], chunk[-1, 0]))
+        items = table[taken:upto] if chunk is None else np.concatenate([table[taken:upto], chunk])
+        taken = upto
+        if not len(items):
+            continue
+        items = items[np.argsort(items[:, 0], kind="stable")]
+        ends = np.maximum.accumulate(np.concatenate([[reach], items[:, 1]]))
+        for k in np.flatnonzero(items[:, 0] > ends[:-1]).tolist():
+            yield int(ends[k]), int(items[k, 0])
+        reach = int(ends[-1])

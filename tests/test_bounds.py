@@ -1,0 +1,315 @@
+"""Resource bounds (issue 11): every entry point that reads a file ends, on any crafted file,
+in a result or a FormatError, in time and memory bounded by the file's size.
+
+Crafted hostile files x entry points (open, read, verify, recover, mode "a", shards, CLI) run
+in a child process whose address space is capped a few hundred MiB above its baseline, under
+a timeout. Counters (bytes read, bytes hashed) prove linear cost where a timing would be flaky.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zstandard
+
+import evalue_store as evs
+from evalue_store import container, reader, seekable
+from evalue_store.container import (
+    ENTRY,
+    FOOTER_FIXED,
+    MAX_SEGMENTS,
+    SEGMENT,
+    TRAILER,
+    TRAILER_MAGIC,
+    Commit,
+    Segment,
+    align_up,
+    crc32,
+    encode_footer,
+)
+
+MiB = 1 << 20
+MAX_FOOTER = FOOTER_FIXED.size + MAX_SEGMENTS * SEGMENT.size + TRAILER.size
+ZERO_FRAME = 64 * MiB  # the largest frame a writer makes and a reader accepts by default
+
+
+# ------------------------------------------------------------------------------ crafting
+
+
+def _plain(path: Path, records=([np.arange(4)],), **kw) -> bytes:
+    with evs.Writer(path, **kw) as w:
+        w.extend(records)
+    return path.read_bytes()
+
+
+def magic_tail(path: Path, tail: int) -> Path:
+    """A valid file, then ``tail`` bytes of the end magic repeated."""
+    data = _plain(path)
+    path.write_bytes(data + TRAILER_MAGIC * (tail // 8))
+    return path
+
+
+def fake_footer_tail(path: Path, tail: int) -> Path:
+    """A valid file, then a tail of fake footers claiming the largest length: every field
+    that costs no hashing is right (trailer, magic, file_id, segment count), only the
+    checksum is not. Fixed parts sit 128 bytes apart, each trailer right after the fixed
+    part of a later candidate, so there is one candidate per 128 bytes of tail."""
+    data = bytearray(_plain(path))
+    file_id = bytes(data[24:40])
+    data += bytes(-len(data) % 64)
+    base = len(data)
+    data += bytes(tail)
+    n = (MAX_FOOTER - FOOTER_FIXED.size - TRAILER.size) // 24
+    fixed = FOOTER_FIXED.pack(b"EVSFOOT1", file_id, 2, 0, 0, 0, 0, 0, n)
+    for offset in range(base, len(data) - MAX_FOOTER, 128):
+        data[offset : offset + FOOTER_FIXED.size] = fixed
+        end = offset + MAX_FOOTER
+        data[end - TRAILER.size : end] = TRAILER.pack(offset, MAX_FOOTER, 0, TRAILER_MAGIC)
+    path.write_bytes(bytes(data))
+    return path
+
+
+def _frame_checksum(frame: bytes) -> int:
+    return struct.unpack_from("<I", frame, len(frame) - 4)[0]
+
+
+def zero_frame() -> bytes:
+    """A valid zstd frame of ZERO_FRAME zero bytes (compressed streaming: no big buffer)."""
+    cached = getattr(zero_frame, "cached", None)
+    if cached is None:
+        cctx = seekable.new_compressor(3)
+        chunker = cctx.chunker(size=ZERO_FRAME, chunk_size=1 << 16)
+        parts = [piece for _ in range(ZERO_FRAME // MiB) for piece in chunker.compress(bytes(MiB))]
+        cached = zero_frame.cached = b"".join([*parts, *chunker.finish()])
+    return cached
+
+
+def _seekable_file(chunks: list[bytes | None], zeros_frames: int = 0) -> bytes:
+    """Frames for logical ``chunks``; None stands for ``zeros_frames`` zero frames."""
+    cctx = seekable.new_compressor(3)
+    frames, dsizes = [], []
+    for chunk in chunks:
+        if chunk is None:
+            frames += [zero_frame()] * zeros_frames
+            dsizes += [ZERO_FRAME] * zeros_frames
+        else:
+            frames.append(cctx.compress(chunk))
+            dsizes.append(len(chunk))
+    table = seekable.encode_seek_table(
+        [len(f) for f in frames], dsizes, [_frame_checksum(f) for f in frames]
+    )
+    return b"".join(frames) + table
+
+
+def zstd_padding_run(path: Path, frames: int = 16) -> Path:
+    """A valid compressed file (33 KB) whose one record is followed by ``frames`` x 64 MiB
+    of zero padding before its index segment: every frame is under every cap."""
+    plain = path.with_suffix(".plain")
+    data = _plain(plain)
+    end = len(data)
+    footer = struct.unpack_from("<Q", data, end - TRAILER.size)[0]
+    segment = struct.unpack_from("<Q", data, footer + FOOTER_FIXED.size)[0]
+    entry = data[segment : segment + 24]
+    prefix = data[:segment]
+    gap = frames * ZERO_FRAME
+    seg_at = segment + gap
+    footer_at = align_up(seg_at + 24, 64)
+    number, _, prev = struct.unpack_from("<QQQ", data, footer + 24)  # the writer's commits
+    segments = (Segment(seg_at, 1, crc32(entry), 0),)
+    commit = Commit(number, 1, footer_at, 0, prev, 0, 0, 0, segments)
+    suffix = entry + bytes(footer_at - seg_at - 24) + encode_footer(footer_at, data[24:40], commit)
+    path.write_bytes(_seekable_file([prefix, None, suffix], frames))
+    return path
+
+
+def zstd_tail_frame_claiming(path: Path, claim: int = 1 << 40, blocks: int = 100) -> Path:
+    """A valid compressed file, then a complete-looking zstd frame (100 RLE blocks: 417
+    bytes) whose header claims ``claim`` bytes."""
+    _plain(path, compression="zstd")
+    header = struct.pack("<IB", 0xFD2FB528, 0xE4) + struct.pack("<Q", claim)
+    rle = struct.pack("<I", (131072 << 3) | 2)[:3] + b"\x00"
+    last = struct.pack("<I", (131072 << 3) | 3)[:3] + b"\x00"
+    with open(path, "ab") as f:
+        f.write(header + rle * (blocks - 1) + last + bytes(4))
+    return path
+
+
+def zstd_tail_of_zero_frames(path: Path, frames: int = 24) -> Path:
+    """A valid compressed file, then ``frames`` valid 64 MiB frames of zeros (1.5 GiB
+    logical in 50 KB): a crash tail whose every frame is under the frame cap."""
+    _plain(path, compression="zstd")
+    with open(path, "ab") as f:
+        f.write(zero_frame() * frames)
+    return path
+
+
+# ------------------------------------------------------------------------------ item 14
+
+
+def _search_cost(monkeypatch, path: Path) -> tuple[int, int, str]:
+    """(bytes read, bytes checksummed, outcome) of opening ``path``."""
+    counts = {"read": 0, "crc": 0}
+    original_read, original_crc = reader._PreadSource.read, container.crc32
+
+    def counted_read(self, offset, n):
+        counts["read"] += n
+        return original_read(self, offset, n)
+
+    def counted_crc(data, start=0):
+        counts["crc"] += len(memoryview(data).cast("B"))
+        return original_crc(data, start)
+
+    monkeypatch.setattr(reader._PreadSource, "read", counted_read)
+    monkeypatch.setattr(container, "crc32", counted_crc)
+    try:
+        with evs.open(path, backend="pread") as ds:
+            outcome = f"{len(ds)} records"
+    except evs.FormatError as exc:
+        outcome = exc.reason
+    monkeypatch.undo()
+    return counts["read"], counts["crc"], outcome
+
+
+@pytest.mark.parametrize("craft", [magic_tail, fake_footer_tail])
+def test_the_search_for_the_last_commit_is_linear_in_the_tail(tmp_path, monkeypatch, craft):
+    """Bytes read and bytes checksummed by open grow linearly with a hostile tail (1 and
+    4 MiB), with a small constant. (Before: the tail was re-read from each magic found, and
+    each fake footer was checksummed whole: 9.8 s for 1 MiB of repeated magic.)"""
+    costs = {}
+    for tail in (MiB, 4 * MiB):
+        path = craft(tmp_path / f"t{tail}.evs", tail)
+        costs[tail] = _search_cost(monkeypatch, path)
+        read, hashed, outcome = costs[tail]
+        assert read <= 3 * tail + 4 * MAX_FOOTER, (tail, costs)
+        assert hashed <= 2 * tail + 4 * MAX_FOOTER, (tail, costs)
+        assert outcome == "1 records" or "no valid commit found" in outcome, outcome
+
+
+def test_a_tail_of_fake_footers_opens_in_seconds(tmp_path):
+    """16 MiB of fake footers (every cheap field right) opens or fails within 10 s for every
+    reader of the tail: open (both backends) and recover (before: 13 GB checksummed)."""
+    path = fake_footer_tail(tmp_path / "f.evs", 16 * MiB)
+    code = textwrap.dedent(
+        """
+        import sys, evalue_store as evs
+        path = sys.argv[1]
+        for backend in ("mmap", "pread"):
+            try:
+                evs.open(path, backend=backend).close()
+            except evs.FormatError:
+                pass
+        try:
+            evs.recover(path)
+        except evs.FormatError:
+            pass
+        """
+    )
+    _child(code, path, timeout=10)
+
+
+# ------------------------------------------------------------------------------ child runs
+
+
+def _child(code: str, *args, timeout: float = 60, headroom: int = 384 * MiB) -> str:
+    """Run ``code`` in a child whose address space is capped ``headroom`` above its
+    baseline (after imports); returns its stdout. Fails on a timeout or a non-zero exit."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("RLIMIT_AS and /proc are Linux's")
+    prelude = textwrap.dedent(
+        f"""
+        import resource, sys
+        import numpy, zstandard, evalue_store, evalue_store.cli
+        for line in open("/proc/self/status"):
+            if line.startswith("VmSize:"):
+                used = int(line.split()[1]) * 1024
+        limit = used + {headroom}
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        try:
+            bytearray({headroom} + (256 << 20))
+            sys.exit("the limit does not hold")
+        except MemoryError:
+            pass
+        """
+    )
+    env = dict(os.environ, PYTHONPATH=str(Path(evs.__file__).parent.parent))
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", prelude + textwrap.dedent(code), *map(str, args)],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"no result within {timeout} s")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
+
+
+# ------------------------------------------------------------------------------ items 13, 15
+
+
+def test_recover_does_not_trust_a_tail_frame_s_claimed_size(tmp_path):
+    """A 417-byte frame claiming 2^40 bytes after the last seek table: recover and mode 'a'
+    keep the commit and move the frame to the side file (before: MemoryError)."""
+    path = zstd_tail_frame_claiming(tmp_path / "f.evs.zst")
+    copy = tmp_path / "g.evs.zst"
+    shutil.copy(path, copy)
+    out = _child(
+        """
+        import evalue_store as evs
+        report = evs.recover(sys.argv[1])
+        print(report.committed_records, report.salvaged_records, report.damaged_bytes)
+        with evs.Writer(sys.argv[2], "a") as w:
+            print(w.salvage.damaged_bytes)
+        """,
+        path,
+        copy,
+    )
+    assert out.split() == ["1", "0", "417", "417"]
+    with evs.open(path) as ds:
+        assert ds[0][0].tolist() == [0, 1, 2, 3]
+
+
+def test_recover_bounds_the_decompressed_tail(tmp_path):
+    """24 valid 64 MiB frames of zeros after the last seek table (1.5 GiB in 50 KB): recovery
+    salvages at most 64 MiB + 64x the compressed tail, the rest goes to the side file."""
+    path = zstd_tail_of_zero_frames(tmp_path / "f.evs.zst", 24)
+    out = _child(
+        """
+        import evalue_store as evs
+        report = evs.recover(sys.argv[1])
+        print(report.committed_records, report.salvaged_records, report.tail_bytes)
+        """,
+        path,
+        timeout=120,
+    )
+    assert out.split() == ["1", "0", str(24 * len(zero_frame()))]
+    with evs.open(path) as ds:
+        assert len(ds) == 1 and ds.uncommitted_bytes == 0
+
+
+def test_verify_of_a_padding_run_holds_a_frame_not_the_run(tmp_path):
+    """A valid 33 KB compressed file with 1 GiB of zero padding (16 frames of 64 MiB, each
+    under every cap): verify succeeds in bounded memory (before: MemoryError)."""
+    path = zstd_padding_run(tmp_path / "f.evs.zst")
+    assert path.stat().st_size < 40_000
+    out = _child(
+        """
+        import evalue_store as evs
+        with evs.open(sys.argv[1], max_record_bytes=1 << 20) as ds:
+            report = ds.verify()
+            print(report.ok, len(ds), report.problems)
+        """,
+        path,
+        timeout=120,
+    )
+    assert out.startswith("True 1 []"), out
