@@ -8,6 +8,7 @@ a timeout. Counters (bytes read, bytes hashed) prove linear cost where a timing 
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import struct
@@ -18,12 +19,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import zstandard
 
 import evalue_store as evs
 from evalue_store import container, reader, seekable
 from evalue_store.container import (
-    ENTRY,
     FOOTER_FIXED,
     MAX_SEGMENTS,
     SEGMENT,
@@ -44,9 +43,10 @@ ZERO_FRAME = 64 * MiB  # the largest frame a writer makes and a reader accepts b
 # ------------------------------------------------------------------------------ crafting
 
 
-def _plain(path: Path, records=([np.arange(4)],), **kw) -> bytes:
+def _plain(path: Path, **kw) -> bytes:
+    """A file holding one record, [arange(4)]; its bytes."""
     with evs.Writer(path, **kw) as w:
-        w.extend(records)
+        w.append([np.arange(4)])
     return path.read_bytes()
 
 
@@ -313,3 +313,134 @@ def test_verify_of_a_padding_run_holds_a_frame_not_the_run(tmp_path):
         timeout=120,
     )
     assert out.startswith("True 1 []"), out
+
+
+# ------------------------------------------------------------------------------ item 16
+
+
+def _manifest(tmp_path: Path, shards=None, records=None, raw: str | None = None) -> Path:
+    """A manifest next to one real shard; ``shards`` replaces its shard list."""
+    shard = tmp_path / "s-0.evs"
+    if not shard.exists():
+        _plain(shard)
+    with evs.open(shard) as ds:
+        good = {"path": "s-0.evs", "records": 1, "bytes": ds.commit.end}
+        good["footer_sha256"] = evs.shards.footer_checksum(ds)
+    shards = [good] if shards is None else [dict(good, **s) for s in shards]
+    total = sum(s["records"] for s in shards) if records is None else records
+    doc = {"format": "evalue_store.shards", "version": 1, "records": total, "shards": shards}
+    path = tmp_path / "m.manifest.json"
+    path.write_text(raw if raw is not None else json.dumps(doc))
+    return path
+
+
+HOSTILE_MANIFESTS = {
+    "deep nesting": (
+        dict(raw='{"format": "evalue_store.shards", "version": 1, "x": ' + "[" * 100_000),
+        "not JSON",
+    ),
+    "records 10**30": (dict(shards=[{"records": 10**30}]), r"shards\[0\].records"),
+    "two counts of 2^63-1": (
+        dict(shards=[{"records": 2**63 - 1}, {"records": 2**63 - 1}]),
+        "records is not an integer in",
+    ),
+    "two counts of 2^63-1, total wrapped": (
+        dict(shards=[{"records": 2**63 - 1}, {"records": 2**63 - 1}], records=2**63 - 2),
+        "record total",
+    ),
+    "bytes -1": (dict(shards=[{"bytes": -1}]), r"shards\[0\].bytes"),
+    "records true": (dict(shards=[{"records": True}]), r"shards\[0\].records"),
+    "total 1.0": (dict(records=1.0), "records is not an integer"),
+    "NUL in a path": (dict(shards=[{"path": "s-0.evs\x00x"}]), r"shards\[0\].path"),
+    "path a number": (dict(shards=[{"path": 7}]), r"shards\[0\].path"),
+    "missing shard": (dict(shards=[{"path": "gone.evs"}]), r"shards\[0\].path .*gone.evs"),
+    "shard a directory": (dict(shards=[{"path": "."}]), "not a regular file"),
+    "bad digest": (dict(shards=[{"footer_sha256": "zz"}]), "footer_sha256"),
+    "shards not a list": (
+        dict(raw='{"format": "evalue_store.shards", "version": 1, "records": 0, "shards": 5}'),
+        "'shards' is not a list",
+    ),
+    "shard not an object": (
+        dict(raw='{"format": "evalue_store.shards", "version": 1, "records": 0, "shards": [1]}'),
+        r"shards\[0\] is not an object",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", HOSTILE_MANIFESTS)
+def test_hostile_manifests_are_format_errors_at_open(tmp_path, name):
+    """Each is a FormatError from open_shards (and merge_manifests' reading), naming the
+    manifest and the field (before: RecursionError, OverflowError, a len() that raised,
+    a bare ValueError, or a missing shard accepted until its first read)."""
+    kwargs, reason = HOSTILE_MANIFESTS[name]
+    path = _manifest(tmp_path, **kwargs)
+    with pytest.raises(evs.FormatError, match=reason) as info:
+        evs.open_shards(path)
+    assert info.value.path == str(path)
+
+
+def test_counts_that_overflow_only_together_are_refused(tmp_path):
+    """Two manifests each holding 2^63-1 records: their union does not fit the index."""
+    first = _manifest(tmp_path, shards=[{"records": 2**63 - 1}])
+    second = tmp_path / "n.manifest.json"
+    doc = json.loads(first.read_text())
+    (tmp_path / "t-0.evs").write_bytes((tmp_path / "s-0.evs").read_bytes())
+    doc["shards"][0]["path"] = "t-0.evs"
+    second.write_text(json.dumps(doc))
+    with pytest.raises(evs.FormatError, match="2\\^63-1 records in all"):
+        evs.open_shards([first, second])
+
+
+# ------------------------------------------------------------------------------ item 17
+
+
+@pytest.fixture
+def fifo(tmp_path):
+    if not hasattr(os, "mkfifo"):
+        pytest.skip("no FIFOs here")
+    path = tmp_path / "pipe.evs"
+    os.mkfifo(path)
+    return path
+
+
+def test_special_files_are_refused_without_blocking(tmp_path, fifo):
+    """A FIFO (nobody writing), /dev/zero and a directory: open, open_shards (as a file, a
+    shard of a manifest, a manifest) and the CLI refuse them at once (before: a FIFO hung
+    forever)."""
+    (tmp_path / "pipe.json").symlink_to(fifo)
+    manifest = _manifest(tmp_path, shards=[{"path": "pipe.evs"}])
+    out = _child(
+        """
+        import evalue_store as evs
+        from evalue_store.cli import main
+        fifo, json_fifo, manifest = sys.argv[1:4]
+        for path in (fifo, "/dev/zero"):
+            for fn in (evs.open, evs.open_shards):
+                try:
+                    fn(path)
+                except evs.FormatError as exc:
+                    print(exc.reason)
+        for path in (json_fifo, manifest):
+            try:
+                evs.open_shards(path)
+            except evs.FormatError as exc:
+                print(exc.reason)
+        for cmd in ("info", "verify", "head"):
+            print("exit", main([cmd, fifo]))
+        try:
+            evs.open(sys.argv[4])
+        except IsADirectoryError:
+            print("directory")
+        """,
+        fifo,
+        tmp_path / "pipe.json",
+        manifest,
+        tmp_path,
+        timeout=20,
+    )
+    lines = out.splitlines()
+    assert lines[:2] == ["not a regular file (a FIFO)"] * 2
+    assert all("special file" in line for line in lines[2:4])
+    assert lines[4] == "not a regular file (a FIFO)"
+    assert "shards[0].path" in lines[5] and "not a regular file" in lines[5]
+    assert lines[6:] == ["exit 2", "exit 2", "exit 2", "directory"]

@@ -1,4 +1,5 @@
-"""Bounded-memory passes over a container's logical bytes, for ``Dataset.verify``.
+"""Bounded work on untrusted files: opening only regular files, and bounded-memory passes
+over a container's logical bytes for ``Dataset.verify``.
 
 A compressed file's logical size can be up to 32768 times its size (docs/FORMAT.md section
 16), so nothing here reads a block, a gap or an index segment in one piece: each pass reads
@@ -7,7 +8,10 @@ at most CHUNK bytes at a time, whatever the file claims.
 
 from __future__ import annotations
 
+import errno
 import itertools
+import os
+import stat
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -15,10 +19,32 @@ from typing import Any
 import numpy as np
 
 from .container import ENTRY_DTYPE, ENTRY_SIZE, FRAME_SIZE, Segment
+from .errors import FormatError
 
 CHUNK = 1 << 20  # bytes read at a time
 
 Read = Callable[[int, int], Any]
+
+
+def open_regular(path: str) -> int:
+    """A read-only descriptor of ``path``, refused unless it is a regular file: reading a
+    FIFO would wait for a writer forever, and a device or socket has no size to trust.
+    The open itself does not block (O_NONBLOCK, cleared once the file is known regular)."""
+    nonblock = getattr(os, "O_NONBLOCK", 0)
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0) | nonblock)
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+        if not stat.S_ISREG(mode):
+            kind = "a FIFO" if stat.S_ISFIFO(mode) else "a device, socket or other special file"
+            raise FormatError(f"not a regular file ({kind})", None, path)
+        if nonblock:
+            os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def crc_range(read: Read, offset: int, length: int) -> int:

@@ -6,6 +6,7 @@ FormatError naming the offset and the reason. All integers are little-endian.
 
 from __future__ import annotations
 
+import json
 import os
 import struct
 import zlib
@@ -156,6 +157,28 @@ def encode_footer(offset: int, file_id: bytes, commit: Commit) -> bytes:
     length = len(body) + TRAILER.size
     head = body + struct.pack("<QI", offset, length)
     return head + struct.pack("<I", crc32(head)) + TRAILER_MAGIC
+
+
+def parse_metadata(raw: bytes, offset: int) -> dict:
+    """The metadata block's JSON object (docs/FORMAT.md section 5), or FormatError.
+
+    It must be what a writer could have written: strict JSON (no NaN or Infinity, no number
+    beyond a double) whose strings are Unicode text (no lone surrogate, even escaped), so
+    that whatever reads it can also write it again (copy, compress, merge).
+    """
+    try:
+        value = json.loads(raw.decode("utf-8"))
+    except (ValueError, RecursionError) as exc:
+        # RecursionError: hostile nesting ([[[[...) deeper than json can parse
+        raise FormatError(f"metadata is not JSON: {exc}", offset) from None
+    try:
+        json.dumps(value, ensure_ascii=False, allow_nan=False).encode("utf-8")
+    except (ValueError, RecursionError) as exc:  # UnicodeEncodeError is a ValueError
+        reason = f"metadata is not strict JSON text (NaN, Infinity or a lone surrogate): {exc}"
+        raise FormatError(reason, offset) from None
+    if not isinstance(value, dict):
+        raise FormatError("metadata is not a JSON object", offset)
+    return value
 
 
 def empty_commit(data_start: int) -> Commit:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import bisect
-import json
 import mmap
 import os
 import zlib
@@ -28,6 +27,7 @@ from .container import (
     find_last_commit,
     parse_footer_from,
     parse_header,
+    parse_metadata,
 )
 from .errors import FormatError
 from .frames import DEFAULT_CACHE_BYTES, MAX_FRAME_SIZE, ZstdSource, is_compressed
@@ -145,9 +145,10 @@ class Dataset:
     # ------------------------------------------------------------------ opening
 
     def _load(self) -> None:
-        fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+        fd = bounded.open_regular(self.path)
         try:
-            size = os.fstat(fd).st_size
+            st = os.fstat(fd)
+            size, self._identity = st.st_size, (st.st_dev, st.st_ino)
             if is_compressed(os.pread(fd, 8, 0)):
                 owned, fd = fd, -1
                 self._load_compressed(owned, size)  # closes the descriptor itself
@@ -219,9 +220,9 @@ class Dataset:
     def refresh(self) -> bool:
         """Pick up commits made since opening; returns True if the dataset changed."""
         self._ensure_open()
-        old = self.commit
-        self._load()
-        return self.commit.end != old.end
+        old = (self._identity, self.header.file_id, self.commit.number, self.commit.end)
+        self._load()  # a file replaced by another (rename) may have the same size
+        return (self._identity, self.header.file_id, self.commit.number, self.commit.end) != old
 
     def close(self) -> None:
         """Release the file. Tensor views handed out earlier stay valid."""
@@ -278,13 +279,9 @@ class Dataset:
                 if crc32(raw) != c.metadata_crc:
                     raise FormatError("metadata checksum mismatch", c.metadata_offset, self.path)
                 try:
-                    value = json.loads(raw.decode("utf-8"))
-                except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-                    # RecursionError: hostile nesting ([[[[...) deeper than json can parse
-                    raise FormatError(f"metadata is not JSON: {exc}", c.metadata_offset) from None
-                if not isinstance(value, dict):
-                    raise FormatError("metadata is not a JSON object", c.metadata_offset, self.path)
-                self._metadata = value
+                    self._metadata = parse_metadata(raw, c.metadata_offset)
+                except FormatError as exc:
+                    raise FormatError(exc.reason, exc.offset, self.path) from None
         return self._metadata
 
     @property
