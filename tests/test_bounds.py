@@ -81,25 +81,27 @@ def _frame_checksum(frame: bytes) -> int:
     return struct.unpack_from("<I", frame, len(frame) - 4)[0]
 
 
-def zero_frame() -> bytes:
-    """A valid zstd frame of ZERO_FRAME zero bytes (compressed streaming: no big buffer)."""
-    cached = getattr(zero_frame, "cached", None)
-    if cached is None:
-        cctx = seekable.new_compressor(3)
-        chunker = cctx.chunker(size=ZERO_FRAME, chunk_size=1 << 16)
-        parts = [piece for _ in range(ZERO_FRAME // MiB) for piece in chunker.compress(bytes(MiB))]
-        cached = zero_frame.cached = b"".join([*parts, *chunker.finish()])
-    return cached
+def zero_frame(size: int = ZERO_FRAME) -> bytes:
+    """A valid zstd frame of ``size`` zero bytes (compressed streaming: no big buffer)."""
+    cache = zero_frame.__dict__.setdefault("cache", {})
+    if size not in cache:
+        chunker = seekable.new_compressor(3).chunker(size=size, chunk_size=1 << 16)
+        parts = []
+        for at in range(0, size, MiB):
+            parts += chunker.compress(bytes(min(MiB, size - at)))
+        cache[size] = b"".join([*parts, *chunker.finish()])
+    return cache[size]
 
 
-def _seekable_file(chunks: list[bytes | None], zeros_frames: int = 0) -> bytes:
-    """Frames for logical ``chunks``; None stands for ``zeros_frames`` zero frames."""
+def _seekable_file(chunks: list, zeros_frames: int = 0, zeros: int = ZERO_FRAME) -> bytes:
+    """Frames for logical ``chunks``; None stands for ``zeros_frames`` frames of ``zeros``
+    zero bytes."""
     cctx = seekable.new_compressor(3)
     frames, dsizes = [], []
     for chunk in chunks:
         if chunk is None:
-            frames += [zero_frame()] * zeros_frames
-            dsizes += [ZERO_FRAME] * zeros_frames
+            frames += [zero_frame(zeros)] * zeros_frames
+            dsizes += [zeros] * zeros_frames
         else:
             frames.append(cctx.compress(chunk))
             dsizes.append(len(chunk))
@@ -109,24 +111,54 @@ def _seekable_file(chunks: list[bytes | None], zeros_frames: int = 0) -> bytes:
     return b"".join(frames) + table
 
 
+def _one_record_parts(path: Path) -> tuple[bytes, int, int, int, int]:
+    """A one-record plain file's (bytes, footer offset, segment offset, commit number,
+    previous footer)."""
+    data = _plain(path)
+    footer = struct.unpack_from("<Q", data, len(data) - TRAILER.size)[0]
+    segment = struct.unpack_from("<Q", data, footer + FOOTER_FIXED.size)[0]
+    number, _, prev = struct.unpack_from("<QQQ", data, footer + 24)
+    return data, footer, segment, number, prev
+
+
+def zstd_zero_index(path: Path, zeros: int = 4 * MiB) -> Path:
+    """A compressed file (a few KB) whose index segment is ``zeros`` zero bytes: 174,762
+    records that all point at offset 0 (checksum-valid)."""
+    data, _, segment, number, prev = _one_record_parts(path.with_suffix(".plain"))
+    n = zeros // 24
+    footer_at = align_up(segment + zeros, 64)
+    segments = (Segment(segment, n, crc32(bytes(n * 24)), 0),)
+    commit = Commit(number, n, footer_at, 0, prev, 0, 0, 0, segments)
+    suffix = bytes(footer_at - segment - zeros) + encode_footer(footer_at, data[24:40], commit)
+    path.write_bytes(_seekable_file([data[:segment], None, suffix], 1, zeros))
+    return path
+
+
 def zstd_padding_run(path: Path, frames: int = 16) -> Path:
     """A valid compressed file (33 KB) whose one record is followed by ``frames`` x 64 MiB
     of zero padding before its index segment: every frame is under every cap."""
-    plain = path.with_suffix(".plain")
-    data = _plain(plain)
-    end = len(data)
-    footer = struct.unpack_from("<Q", data, end - TRAILER.size)[0]
-    segment = struct.unpack_from("<Q", data, footer + FOOTER_FIXED.size)[0]
+    data, _, segment, number, prev = _one_record_parts(path.with_suffix(".plain"))
     entry = data[segment : segment + 24]
-    prefix = data[:segment]
-    gap = frames * ZERO_FRAME
-    seg_at = segment + gap
+    seg_at = segment + frames * ZERO_FRAME
     footer_at = align_up(seg_at + 24, 64)
-    number, _, prev = struct.unpack_from("<QQQ", data, footer + 24)  # the writer's commits
     segments = (Segment(seg_at, 1, crc32(entry), 0),)
     commit = Commit(number, 1, footer_at, 0, prev, 0, 0, 0, segments)
     suffix = entry + bytes(footer_at - seg_at - 24) + encode_footer(footer_at, data[24:40], commit)
-    path.write_bytes(_seekable_file([prefix, None, suffix], frames))
+    path.write_bytes(_seekable_file([data[:segment], None, suffix], frames))
+    return path
+
+
+def with_metadata(path: Path, meta: bytes) -> Path:
+    """A one-record plain file whose metadata block is ``meta`` (checksums valid)."""
+    data, footer, segment, number, prev = _one_record_parts(path)
+    data = bytearray(data[:footer])
+    meta_at = align_up(len(data), 64)
+    data += bytes(meta_at - len(data)) + meta
+    footer_at = align_up(len(data), 64)
+    data += bytes(footer_at - len(data))
+    seg = Segment(segment, 1, crc32(data[segment : segment + 24]), 0)
+    commit = Commit(number, 1, footer_at, 0, prev, meta_at, len(meta), crc32(meta), (seg,))
+    path.write_bytes(bytes(data) + encode_footer(footer_at, data[24:40], commit))
     return path
 
 
@@ -444,3 +476,140 @@ def test_special_files_are_refused_without_blocking(tmp_path, fifo):
     assert lines[4] == "not a regular file (a FIFO)"
     assert "shards[0].path" in lines[5] and "not a regular file" in lines[5]
     assert lines[6:] == ["exit 2", "exit 2", "exit 2", "directory"]
+
+
+# ------------------------------------------------------------------------------ the table
+
+
+def _fuzz_tool():
+    import importlib.util
+
+    root = Path(__file__).resolve().parent.parent
+    spec = importlib.util.spec_from_file_location("evs_tools_fuzz_b", root / "tools" / "fuzz.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+CRAFTED = {
+    "plain, 4 MiB tail of end magics": lambda p: magic_tail(p, 4 * MiB),
+    "plain, 4 MiB tail of fake footers": lambda p: fake_footer_tail(p, 4 * MiB),
+    "zstd, tail frame claiming 2^40 bytes": zstd_tail_frame_claiming,
+    "zstd, tail of 24 x 64 MiB zero frames": zstd_tail_of_zero_frames,
+    "zstd, 1 GiB padding run": zstd_padding_run,
+    "zstd, index of 174,762 zero entries": zstd_zero_index,
+    "metadata NaN": lambda p: with_metadata(p, b'{"x": NaN}'),
+    "metadata lone surrogate": lambda p: with_metadata(p, b'{"\\ud800": 1}'),
+    "metadata nested 100k deep": lambda p: with_metadata(p, b"[" * 100_000 + b"]" * 100_000),
+}
+
+ENTRY_POINTS = textwrap.dedent(
+    """
+    import os, shutil, signal, time, traceback
+    import evalue_store as evs
+    from evalue_store import cli
+
+    class Timeout(Exception):
+        pass
+
+    def alarm(*_):
+        raise Timeout()
+
+    signal.signal(signal.SIGALRM, alarm)
+
+    def scratch(path):
+        copy = path + ".copy"
+        for name in os.listdir(os.path.dirname(path)):  # side files of earlier runs
+            if name.startswith(os.path.basename(copy)):
+                os.remove(os.path.join(os.path.dirname(path), name))
+        shutil.copy(path, copy)
+        return copy
+
+    def read(path):
+        for backend in ("mmap", "pread"):
+            with evs.open(path, backend=backend) as ds:
+                try:
+                    for _ in ds:
+                        pass
+                except evs.FormatError:
+                    pass
+                if len(ds):
+                    try:
+                        ds[-1]
+                    except evs.FormatError:
+                        pass
+
+    def append(path):
+        with evs.Writer(scratch(path), "a") as w:
+            w.append([1])
+
+    def run_cli(*argv):
+        return lambda path: cli.main([argv[0], "--debug", path, *argv[1:]])
+
+    ENTRIES = {
+        "open": lambda p: evs.open(p).metadata,
+        "read": read,
+        "verify": lambda p: evs.open(p).verify(),
+        "recover": lambda p: evs.recover(scratch(p)),
+        "mode a": append,
+        "open_shards": lambda p: sum(1 for _ in evs.open_shards(p)),
+        "cli info": run_cli("info"),
+        "cli show": run_cli("show", "0"),
+        "cli head": run_cli("head"),
+        "cli stats": run_cli("stats"),
+        "cli verify": run_cli("verify"),
+        "cli copy": lambda p: cli.main(["copy", "--debug", p, "-o", scratch(p) + ".out"]),
+    }
+    failures = 0
+    for path in sys.argv[1:]:
+        for name, entry in ENTRIES.items():
+            start = time.monotonic()
+            signal.alarm(60)
+            try:
+                entry(path)
+                outcome = "ok"
+            except (evs.FormatError, cli.CliError) as exc:
+                outcome = "FormatError"
+            except BaseException as exc:
+                outcome = "FAIL " + "".join(traceback.format_exception_only(exc)).strip()
+                failures += 1
+            finally:
+                signal.alarm(0)
+            print(f"{os.path.basename(path)} | {name} | {outcome} | {time.monotonic() - start:.2f}")
+    print("failures", failures)
+    """
+)
+
+
+def test_every_entry_point_is_bounded_on_every_crafted_file(tmp_path):
+    """Crafted hostile files (the ones of issue 11 and the fuzzer's hand-built lies) x every
+    entry point that reads a file: each ends in a result or a FormatError (the CLI: its
+    error), within 60 s, in a process that cannot allocate 640 MiB; never MemoryError,
+    RecursionError, OverflowError, a hang or a crash."""
+    paths = []
+    for k, craft in enumerate(CRAFTED.values()):
+        paths.append(craft(tmp_path / f"c{k}.evs"))
+    fuzz = _fuzz_tool()
+    for k, blob in enumerate(fuzz.hostile_inputs()["container"].values()):
+        path = tmp_path / f"h{k}.evs"
+        path.write_bytes(fuzz.container_input(blob)[0])
+        paths.append(path)
+    out = _child(ENTRY_POINTS, *paths, timeout=900)
+    lines = [line.split(" | ") for line in out.splitlines() if " | " in line]
+    assert len(lines) == len(paths) * 12, out
+    failed = [line for line in lines if line[2].startswith("FAIL")]
+    assert not failed and out.splitlines()[-1] == "failures 0", "\n".join(map(str, failed))
+
+
+def test_verify_lists_a_bounded_number_of_bad_records(tmp_path):
+    """174,762 bad records in a 3 KB compressed file: verify lists the first 1000 and counts
+    the rest (before: one tuple and message per record, so memory grew with the logical
+    index, which can be 32768 times the file)."""
+    path = zstd_zero_index(tmp_path / "f.evs.zst")
+    assert path.stat().st_size < 5000
+    with evs.open(path) as ds:
+        report = ds.verify()
+    assert len(report.bad_records) == 1000 and report.bad_records[0][0] == 0
+    assert f"{174_762 - 1000} more bad records" in " ".join(report.problems)
+    assert "index: record 0 starts before the data in the file" in report.problems

@@ -35,6 +35,7 @@ from .frames import DEFAULT_CACHE_BYTES, MAX_FRAME_SIZE, ZstdSource, is_compress
 Index = Union[int, slice, Sequence[int], np.ndarray]
 MAX_LAYOUTS = 1024  # record structures remembered per reader (bounded: lengths may all differ)
 SCAN_CHUNK = 512  # index entries a scan decodes at a time
+MAX_LISTED = 1000  # bad records verify lists one by one (it counts the others)
 
 
 def aligned_buffer(size: int, alignment: int) -> np.ndarray:
@@ -101,7 +102,8 @@ class _PreadSource:
 
 @dataclass
 class VerifyReport:
-    """What ``Dataset.verify`` found; ``ok`` is True when nothing is wrong."""
+    """What ``Dataset.verify`` found; ``ok`` is True when nothing is wrong. ``bad_records``
+    lists the first MAX_LISTED bad records; ``problems`` counts any more."""
 
     records: int = 0
     bytes_checked: int = 0
@@ -554,6 +556,7 @@ class Dataset:
             report.problems.append(str(exc))
         self._verify_index(report)
         saved, self._crc_on_read = self._crc_on_read, True  # verify checks every record CRC
+        unlisted = 0
         try:
             for i in range(self._len):
                 try:
@@ -561,11 +564,16 @@ class Dataset:
                     self._read(i, *entry)
                     report.bytes_checked += FRAME_SIZE + entry[1]
                 except FormatError as exc:
-                    report.bad_records.append((i, exc.reason))
+                    if len(report.bad_records) < MAX_LISTED:
+                        report.bad_records.append((i, exc.reason))
+                    else:  # a compressed index can hold billions: memory stays bounded
+                        unlisted += 1
                 if progress is not None and (i & 1023) == 1023:
                     progress(i + 1)
         finally:
             self._crc_on_read = saved
+        if unlisted:
+            report.problems.append(f"{unlisted} more bad records (the first {MAX_LISTED} listed)")
         commits = self._verify_history(report)
         if report.ok:  # gaps are only meaningful between blocks known to be sound
             self._verify_padding(report, commits)
@@ -600,7 +608,10 @@ class Dataset:
             if crc != seg.crc:
                 report.problems.append(f"index segment {k} at {seg.offset}: checksum mismatch")
             for j in overlaps[:100]:
-                report.problems.append(f"index: records {j - 1} and {j} overlap in the file")
+                what = (
+                    f"records {j - 1} and {j} overlap" if j else "record 0 starts before the data"
+                )
+                report.problems.append(f"index: {what} in the file")
             base += seg.count
 
     def _verify_history(self, report: VerifyReport) -> list[Commit]:
