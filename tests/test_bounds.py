@@ -15,6 +15,7 @@ import struct
 import subprocess
 import sys
 import textwrap
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -121,16 +122,24 @@ def _one_record_parts(path: Path) -> tuple[bytes, int, int, int, int]:
     return data, footer, segment, number, prev
 
 
-def zstd_zero_index(path: Path, zeros: int = 4 * MiB) -> Path:
-    """A compressed file (a few KB) whose index segment is ``zeros`` zero bytes: 174,762
-    records that all point at offset 0 (checksum-valid)."""
+def _zeros_crc(n: int) -> int:
+    crc, block = 0, bytes(MiB)
+    for at in range(0, n, MiB):
+        crc = zlib.crc32(block[: min(MiB, n - at)], crc)
+    return crc
+
+
+def zstd_zero_index(path: Path, zeros: int = 4 * MiB, frames: int = 1) -> Path:
+    """A compressed file (a few KB) whose index segment is ``frames`` frames of ``zeros``
+    zero bytes (174,762 records for the default) that all point at offset 0."""
     data, _, segment, number, prev = _one_record_parts(path.with_suffix(".plain"))
-    n = zeros // 24
-    footer_at = align_up(segment + zeros, 64)
-    segments = (Segment(segment, n, crc32(bytes(n * 24)), 0),)
+    n = frames * zeros // 24
+    footer_at = align_up(segment + frames * zeros, 64)
+    segments = (Segment(segment, n, _zeros_crc(n * 24), 0),)
     commit = Commit(number, n, footer_at, 0, prev, 0, 0, 0, segments)
-    suffix = bytes(footer_at - segment - zeros) + encode_footer(footer_at, data[24:40], commit)
-    path.write_bytes(_seekable_file([data[:segment], None, suffix], 1, zeros))
+    gap = bytes(footer_at - segment - frames * zeros)
+    suffix = gap + encode_footer(footer_at, data[24:40], commit)
+    path.write_bytes(_seekable_file([data[:segment], None, suffix], frames, zeros))
     return path
 
 
@@ -613,3 +622,19 @@ def test_verify_lists_a_bounded_number_of_bad_records(tmp_path):
     assert len(report.bad_records) == 1000 and report.bad_records[0][0] == 0
     assert f"{174_762 - 1000} more bad records" in " ".join(report.problems)
     assert "index: record 0 starts before the data in the file" in report.problems
+
+
+def test_info_and_stats_stream_an_index_bigger_than_memory(tmp_path):
+    """A 40 KB compressed file whose index is 1 GiB (44.7M entries): the CLI's info and
+    stats --sample read it in pieces (before: MemoryError from Dataset.entries())."""
+    path = zstd_zero_index(tmp_path / "f.evs.zst", ZERO_FRAME, 16)
+    assert path.stat().st_size < 50_000
+    out = _child(
+        """
+        from evalue_store.cli import main
+        print(main(["info", "--json", sys.argv[1]]), main(["stats", "--sample", "5", sys.argv[1]]))
+        """,
+        path,
+        timeout=300,
+    )
+    assert out.split()[-2:] == ["1", "1"] and '"records": 44739242' in out

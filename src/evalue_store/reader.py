@@ -336,6 +336,14 @@ class Dataset:
             return np.zeros(0, ENTRY_DTYPE)
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
+    def iter_entries(self) -> Iterator[np.ndarray]:
+        """The index as ``entries()`` holds it, in pieces of at most 1 MiB: a compressed
+        file's index can be far bigger than the file, and than memory."""
+        self._ensure_open()
+        for seg in self._segments:
+            for _, entries in bounded.index_chunks(self._source.read, seg):
+                yield entries
+
     def _segment_array(self, seg: Any) -> np.ndarray:
         raw = self._source.read(seg.offset, seg.count * ENTRY_SIZE)
         return np.frombuffer(raw, ENTRY_DTYPE, seg.count)
