@@ -446,8 +446,8 @@ def fifo(tmp_path):
 
 def test_special_files_are_refused_without_blocking(tmp_path, fifo):
     """A FIFO (nobody writing), /dev/zero and a directory: open, open_shards (as a file, a
-    shard of a manifest, a manifest) and the CLI refuse them at once (before: a FIFO hung
-    forever)."""
+    shard of a manifest, a manifest), read_dictionary and the CLI refuse them at once
+    (before: a FIFO hung forever)."""
     (tmp_path / "pipe.json").symlink_to(fifo)
     manifest = _manifest(tmp_path, shards=[{"path": "pipe.evs"}])
     out = _child(
@@ -466,6 +466,10 @@ def test_special_files_are_refused_without_blocking(tmp_path, fifo):
                 evs.open_shards(path)
             except evs.FormatError as exc:
                 print(exc.reason)
+        try:
+            evs.read_dictionary(fifo)
+        except evs.FormatError as exc:
+            print(exc.reason)
         for cmd in ("info", "verify", "head"):
             print("exit", main([cmd, fifo]))
         try:
@@ -484,7 +488,7 @@ def test_special_files_are_refused_without_blocking(tmp_path, fifo):
     assert all("special file" in line for line in lines[2:4])
     assert lines[4] == "not a regular file (a FIFO)"
     assert "shards[0].path" in lines[5] and "not a regular file" in lines[5]
-    assert lines[6:] == ["exit 2", "exit 2", "exit 2", "directory"]
+    assert lines[6:] == ["not a regular file (a FIFO)", "exit 2", "exit 2", "exit 2", "directory"]
 
 
 # ------------------------------------------------------------------------------ the table

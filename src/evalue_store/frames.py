@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import zstandard
 
+from .bounded import open_regular
 from .container import Commit, Header, parse_footer_at
 from .errors import FormatError
 from .seekable import (
@@ -526,7 +527,7 @@ def train_dictionary(records: Any, size: int = 64 << 10, alignment: int = 64) ->
 
 def read_dictionary_file(path: str | os.PathLike) -> bytes | None:
     """The dictionary stored in a compressed container (for ``zstd -d -D``), or None."""
-    with open(path, "rb") as f:
+    with os.fdopen(open_regular(os.fspath(path)), "rb") as f:  # a FIFO would block
         head = f.read(8)
         if len(head) < 8 or struct.unpack_from("<I", head)[0] != DICT_FRAME_MAGIC:
             return None
