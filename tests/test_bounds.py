@@ -16,6 +16,7 @@ import subprocess
 import sys
 import textwrap
 import zlib
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -625,7 +626,7 @@ def test_verify_lists_a_bounded_number_of_bad_records(tmp_path):
         report = ds.verify()
     assert len(report.bad_records) == 1000 and report.bad_records[0][0] == 0
     assert f"{174_762 - 1000} more bad records" in " ".join(report.problems)
-    assert "index: record 0 starts before the data in the file" in report.problems
+    assert report.bad_records[0] == (0, "record 0 at bad offset 0")
 
 
 def test_info_and_stats_stream_an_index_bigger_than_memory(tmp_path):
@@ -642,3 +643,115 @@ def test_info_and_stats_stream_an_index_bigger_than_memory(tmp_path):
         timeout=300,
     )
     assert out.split()[-2:] == ["1", "1"] and '"records": 44739242' in out
+
+
+# ------------------------------------------------------------------------------ index lies
+
+
+def _with_last_commit(path: Path, block: bytes, make_commit) -> Path:
+    """Append an aligned ``block`` and the footer of ``make_commit(block offset, number,
+    previous footer)`` to a file (checksums valid: a hostile writer's consistent lie)."""
+    data = bytearray(path.read_bytes())
+    footer = struct.unpack_from("<Q", data, len(data) - TRAILER.size)[0]
+    number = struct.unpack_from("<Q", data, footer + 24)[0]
+    data += bytes(-len(data) % 64)
+    at = len(data)
+    data += block + bytes(-len(block) % 64)
+    commit = replace(make_commit(at, number + 1, footer), footer_offset=len(data))
+    path.write_bytes(bytes(data) + encode_footer(len(data), bytes(data[24:40]), commit))
+    return path
+
+
+def _big_record_file(path: Path) -> bytes:
+    """Write a file holding one 1 MiB record; returns its index entry."""
+    with evs.Writer(path) as w:
+        w.append([np.zeros(MiB, np.uint8)])
+    with evs.open(path) as ds:
+        return ds.entries()[:1].tobytes()
+
+
+def test_an_index_pointing_many_entries_at_one_record_is_read_once(tmp_path):
+    """2000 index entries all pointing at one 1 MiB record (every checksum valid): iterating
+    stops at the second with a FormatError, and verify reads the record once and reports
+    the others as bad (before: 2000 MiB were read and checksummed for a 1 MiB file)."""
+    path = tmp_path / "f.evs"
+    segment = _big_record_file(path) * 2000
+    _with_last_commit(
+        path,
+        segment,
+        lambda at, n, prev: Commit(
+            n, 2000, 0, 0, prev, 0, 0, 0, (Segment(at, 2000, crc32(segment), 0),)
+        ),
+    )
+    for backend in ("mmap", "pread"):
+        with evs.open(path, backend=backend) as ds:
+            assert len(ds) == 2000 and ds[1999][0].nbytes == MiB  # random access still reads
+            seen = []
+            with pytest.raises(evs.FormatError, match="record 1: starts before an earlier"):
+                for record in ds:
+                    seen.append(record)
+            assert len(seen) == 1
+            report = ds.verify()
+            assert report.bytes_checked < path.stat().st_size
+            assert len(report.bad_records) == 1000 and "999 more bad records" in report.problems[-1]
+            assert report.bad_records[0] == (1, "record 1: " + evs.bounded.SHADOWED)
+
+
+def test_overlapping_segments_in_one_footer_are_refused_at_open(tmp_path):
+    """One segment listed 4096 times would make an index of n entries count 4096 n records
+    (FORMAT.md section 7: an impossible footer)."""
+    path = tmp_path / "f.evs"
+    entry = _big_record_file(path)
+    _with_last_commit(
+        path,
+        entry,
+        lambda at, n, prev: Commit(
+            n, 2, 0, 0, prev, 0, 0, 0, (Segment(at, 1, crc32(entry), 0),) * 2
+        ),
+    )
+    with pytest.raises(evs.FormatError, match="index segments overlap"):
+        evs.open(path)
+
+
+def test_earlier_footers_naming_overlapping_blocks_are_checked_once(tmp_path):
+    """3000 earlier footers, each naming a different index segment over the same 8 MiB
+    (12 GB to checksum for an 8.8 MB file): verify stops once it has checksummed as much
+    as the file holds, and says so (blocks of a valid file never overlap)."""
+    path = tmp_path / "f.evs"
+    with evs.Writer(path) as w:
+        w.append([1])
+    data = bytearray(path.read_bytes())
+    file_id = bytes(data[24:40])
+    footer = struct.unpack_from("<Q", data, len(data) - TRAILER.size)[0]
+    number, _, _ = struct.unpack_from("<QQQ", data, footer + 24)
+    real_entry = bytes(data[struct.unpack_from("<Q", data, footer + 72)[0] :][:24])
+    data += bytes(-len(data) % 64)
+    region = len(data)
+    data += bytes(8 * MiB)
+    prev = footer
+    for k in range(3000):
+        offset = region + 64 * k
+        count = (region + 8 * MiB - offset) // 24
+        seg = Segment(offset, count, _zeros_crc(count * 24), 0)
+        number += 1
+        commit = Commit(number, count, len(data), 0, prev, 0, 0, 0, (seg,))
+        prev = len(data)
+        data += encode_footer(len(data), file_id, commit)
+        data += bytes(-len(data) % 64)
+    seg_at = len(data)
+    data += real_entry + bytes(-(len(data) + 24) % 64)
+    commit = Commit(
+        number + 1, 1, len(data), 0, prev, 0, 0, 0, (Segment(seg_at, 1, crc32(real_entry), 0),)
+    )
+    data += encode_footer(len(data), file_id, commit)
+    path.write_bytes(bytes(data))
+    out = _child(
+        """
+        import evalue_store as evs
+        with evs.open(sys.argv[1]) as ds:
+            print(ds[0], ds.verify().problems)
+        """,
+        path,
+        timeout=10,
+    )
+    assert out.startswith("[1]") and "overlapping blocks" in out

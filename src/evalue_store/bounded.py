@@ -22,6 +22,7 @@ from .container import ENTRY_DTYPE, ENTRY_SIZE, FRAME_SIZE, Segment
 from .errors import FormatError
 
 CHUNK = 1 << 20  # bytes read at a time
+SHADOWED = "starts before an earlier record's frame ends (frames must be in file order)"
 
 Read = Callable[[int, int], Any]
 
@@ -55,6 +56,14 @@ def crc_range(read: Read, offset: int, length: int) -> int:
     return value
 
 
+def intact(read: Read, offset: int, length: int, crc: int) -> bool:
+    """True when a block's bytes can be read and match their crc32."""
+    try:
+        return crc_range(read, offset, length) == crc
+    except FormatError:
+        return False
+
+
 def all_zero(read: Read, start: int, end: int) -> bool:
     """True when logical bytes [start, end) are all zero."""
     for at in range(start, end, CHUNK):
@@ -71,6 +80,35 @@ def index_chunks(read: Read, seg: Segment) -> Iterator[tuple[int, np.ndarray]]:
         count = min(step, seg.count - lo)
         raw = read(seg.offset + lo * ENTRY_SIZE, count * ENTRY_SIZE)
         yield lo, np.frombuffer(raw, ENTRY_DTYPE, count)
+
+
+def index_pieces(read: Read, segments: Iterable[Segment]) -> Iterator[tuple]:
+    """(number of the first record, count, entries) over every segment, CHUNK bytes at a
+    time; entries is the FormatError instead where they cannot be read."""
+    first = 0
+    step = CHUNK // ENTRY_SIZE
+    for seg in segments:
+        for lo in range(0, seg.count, step):
+            count = min(step, seg.count - lo)
+            try:
+                raw = read(seg.offset + lo * ENTRY_SIZE, count * ENTRY_SIZE)
+                piece: Any = np.frombuffer(raw, ENTRY_DTYPE, count)
+            except FormatError as exc:
+                piece = exc
+            yield first + lo, count, piece
+        first += seg.count
+
+
+def shadowed(entries: np.ndarray, reach: int, start: int, end: int) -> tuple[np.ndarray, int]:
+    """Which records start before an earlier record's frame ends, and the new ``reach`` (the
+    furthest frame end so far). A valid file has none (docs/FORMAT.md section 4); a scan
+    refuses them, since an index of n entries all pointing at one big record would
+    otherwise cost n times the file. Only frames inside [start, end) count: a record with an
+    impossible extent is bad for its own reason and shadows nothing."""
+    ext = extents(entries)
+    inside = (ext[:, 0] >= start) & (ext[:, 1] <= end) & (ext[:, 1] > ext[:, 0])
+    before = np.maximum.accumulate(np.concatenate([[reach], np.where(inside, ext[:, 1], 0)]))
+    return inside & (ext[:, 0] < before[:-1]), int(before[-1])
 
 
 def extents(entries: np.ndarray) -> np.ndarray:
@@ -99,3 +137,18 @@ def gaps(fixed: Iterable[tuple[int, int]], records: Iterable[np.ndarray]) -> Ite
         for k in np.flatnonzero(items[:, 0] > ends[:-1]).tolist():
             yield int(ends[k]), int(items[k, 0])
         reach = int(ends[-1])
+
+
+def padding_problem(read: Read, blocks: list[tuple[int, int]], segments: Any) -> str | None:
+    """What verify reports if a gap between ``blocks`` and the record frames the index
+    ``segments`` name is not all zero (runs once the index is sound: records in file order;
+    memory is a piece of the index plus the blocks)."""
+    records = (extents(entries) for seg in segments for _, entries in index_chunks(read, seg))
+    bad = [start for start, end in gaps(blocks, records) if not all_zero(read, start, end)]
+    if not bad:
+        return None
+    where = ", ".join(str(b) for b in bad[:10]) + (" ..." if len(bad) > 10 else "")
+    return (
+        f"non-zero bytes in the padding between blocks at {len(bad)} places "
+        f"(offsets {where}): no read uses them, but the file was changed there"
+    )

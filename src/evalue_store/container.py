@@ -274,6 +274,10 @@ def _check_commit(commit: Commit, header: Header) -> None:
         raise FormatError(
             f"footer counts {commit.record_count} records but its segments hold {total}", where
         )
+    spans = sorted((seg.offset, seg.offset + seg.count * ENTRY_SIZE) for seg in commit.segments)
+    for (_, end), (start, _) in zip(spans, spans[1:]):
+        if start < end:  # else an index of n entries could count as 4096 n records
+            raise FormatError(f"index segments overlap at {start}", where)
     if commit.metadata_length:
         if commit.metadata_length > MAX_METADATA or commit.metadata_offset < header.data_start:
             raise FormatError("metadata block out of bounds", where)

@@ -13,6 +13,7 @@ from typing import Any, Union
 import numpy as np
 
 from . import bounded
+from .bounded import SHADOWED
 from .codec import compile_layout, decode_payload
 from .container import (
     ENTRY,
@@ -337,8 +338,7 @@ class Dataset:
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
     def iter_entries(self) -> Iterator[np.ndarray]:
-        """The index as ``entries()`` holds it, in pieces of at most 1 MiB: a compressed
-        file's index can be far bigger than the file, and than memory."""
+        """``entries()`` in pieces of at most 1 MiB (a compressed index can exceed memory)."""
         self._ensure_open()
         for seg in self._segments:
             for _, entries in bounded.index_chunks(self._source.read, seg):
@@ -473,12 +473,22 @@ class Dataset:
                 raise ValueError(f"{self.path}: dataset is closed") from None
             raise
 
+    def _shadow_check(self, chunk: np.ndarray, reach: int) -> tuple[int, int]:
+        """(records of ``chunk`` before the first that overlaps an earlier one, new reach)."""
+        masked, reach = bounded.shadowed(chunk, reach, self.header.data_start, self.commit.end)
+        return (int(masked.argmax()) if masked.any() else len(chunk)), reach
+
     def _scan_mapped(self) -> Iterator[list]:
-        first = 0
+        first = reach = 0
         for seg in self._segments:
             entries = self._segment_array(seg)
             for lo in range(0, seg.count, SCAN_CHUNK):
                 chunk = entries[lo : lo + SCAN_CHUNK]
+                good, reach = self._shadow_check(chunk, reach)
+                if good < len(chunk):
+                    yield from (self._record(i) for i in range(first + lo, first + lo + good))
+                    at = int(chunk[good]["offset"])
+                    raise FormatError(f"record {first + lo + good}: {SHADOWED}", at, self.path)
                 # Runs: records of one payload length, each frame right after the one before
                 # (as a writer appends them), so their frames are ``step`` bytes apart.
                 lengths, offsets = chunk["length"], chunk["offset"]
@@ -495,7 +505,7 @@ class Dataset:
         SCAN_CHUNK at a time instead of one lookup per record. A chunk that cannot be read,
         or an entry with reserved bits, is read record by record by ``_record``, so that
         errors name their record and the records before them are still yielded."""
-        first = 0
+        first = reach = 0
         for seg in self._segments:
             for lo in range(0, seg.count, SCAN_CHUNK):
                 count = min(SCAN_CHUNK, seg.count - lo)
@@ -505,9 +515,12 @@ class Dataset:
                     for i in range(first + lo, first + lo + count):
                         yield self._record(i)
                     continue
+                good, reach = self._shadow_check(np.frombuffer(raw, ENTRY_DTYPE), reach)
                 for i, (offset, length, crc, reserved) in enumerate(
                     ENTRY.iter_unpack(raw), first + lo
                 ):
+                    if i - first - lo == good:
+                        raise FormatError(f"record {i}: {SHADOWED}", offset, self.path)
                     yield self._record(i) if reserved else self._read(i, offset, length, crc)
             first += seg.count
 
@@ -564,20 +577,21 @@ class Dataset:
             report.problems.append(str(exc))
         self._verify_index(report)
         saved, self._crc_on_read = self._crc_on_read, True  # verify checks every record CRC
-        unlisted = 0
+        reach = unlisted = 0
         try:
-            for i in range(self._len):
-                try:
-                    entry = self._entry(i)
-                    self._read(i, *entry)
-                    report.bytes_checked += FRAME_SIZE + entry[1]
-                except FormatError as exc:
+            for first, count, piece in bounded.index_pieces(self._source.read, self._segments):
+                if isinstance(piece, FormatError):
+                    reason = f"index entry unreadable: {piece.reason}"
+                    bad = [(i, reason) for i in range(first, first + count)]
+                else:
+                    bad, reach = self._verify_piece(report, first, piece, reach)
+                for i, reason in bad:
                     if len(report.bad_records) < MAX_LISTED:
-                        report.bad_records.append((i, exc.reason))
+                        report.bad_records.append((i, reason))
                     else:  # a compressed index can hold billions: memory stays bounded
                         unlisted += 1
-                if progress is not None and (i & 1023) == 1023:
-                    progress(i + 1)
+                if progress is not None:
+                    progress(first + count)
         finally:
             self._crc_on_read = saved
         if unlisted:
@@ -594,33 +608,38 @@ class Dataset:
             )
         return report
 
-    def _verify_index(self, report: VerifyReport) -> None:
-        """Segment checksums, and record frames in increasing, non-overlapping order (read a
-        chunk at a time: a compressed index can be far bigger than its file)."""
-        previous_end = self.header.data_start
-        base = 0
-        for k, seg in enumerate(self._segments):
-            crc, overlaps = 0, []
+    def _verify_piece(
+        self, report: VerifyReport, first: int, entries: np.ndarray, reach: int
+    ) -> tuple[list[tuple[int, str]], int]:
+        """Read and check records ``first``... of a piece of the index; returns the bad ones
+        and the new reach (the end of the last good frame). A record starting before it is
+        bad unread, so no byte is checked twice however the index points."""
+        bad = []
+        for i, (offset, length, crc, reserved) in enumerate(entries.tolist(), first):
             try:
-                for lo, entries in bounded.index_chunks(self._source.read, seg):
+                if reserved:
+                    raise FormatError(f"index entry of record {i} has reserved bits set", offset)
+                if offset < reach:
+                    raise FormatError(f"record {i}: {SHADOWED}", offset)
+                self._read(i, offset, length, crc)
+                report.bytes_checked += FRAME_SIZE + length
+                reach = offset + FRAME_SIZE + length
+            except FormatError as exc:
+                bad.append((i, exc.reason))
+        return bad, reach
+
+    def _verify_index(self, report: VerifyReport) -> None:
+        """Segment checksums, a chunk at a time (a compressed index can exceed memory)."""
+        for k, seg in enumerate(self._segments):
+            try:
+                crc = 0
+                for _, entries in bounded.index_chunks(self._source.read, seg):
                     crc = zlib.crc32(entries, crc)
-                    starts, ends = bounded.extents(entries).T
-                    if len(overlaps) < 100:  # a problem: each record's read says which is bad
-                        before = np.concatenate([[previous_end], ends[:-1]])
-                        overlaps += (np.flatnonzero(starts < before) + base + lo).tolist()
-                    previous_end = int(ends[-1])
             except FormatError as exc:
                 report.problems.append(f"index segment {k} unreadable: {exc}")
-                base += seg.count
                 continue
             if crc != seg.crc:
                 report.problems.append(f"index segment {k} at {seg.offset}: checksum mismatch")
-            for j in overlaps[:100]:
-                what = (
-                    f"records {j - 1} and {j} overlap" if j else "record 0 starts before the data"
-                )
-                report.problems.append(f"index: {what} in the file")
-            base += seg.count
 
     def _verify_history(self, report: VerifyReport) -> list[Commit]:
         """Walk the chain of earlier footers and check them and the index segments they name;
@@ -628,8 +647,8 @@ class Dataset:
         checked = {seg.offset for seg in self._segments}  # segments' and metadata offsets
         checked.add(self.commit.metadata_offset)
         commit = self.commit
-        commits = [commit]
-        while commit.prev_footer:
+        commits, hashed = [commit], 0  # footers and blocks are disjoint: at most the file
+        while commit.prev_footer and hashed <= self.commit.end:
             try:
                 older = parse_footer_from(
                     self._source.read, commit.prev_footer, commit.footer_offset, self.header
@@ -641,46 +660,33 @@ class Dataset:
                     f"footer of commit {commit.number - 1} at {commit.prev_footer} is damaged"
                 )
                 return commits
+            hashed += older.end - older.footer_offset
             for offset, length, crc, what in _checksummed_blocks(older):
                 if offset not in checked:
                     checked.add(offset)
-                    if not self._block_intact(offset, length, crc):
+                    hashed += length
+                    if hashed > self.commit.end:
+                        break
+                    if not bounded.intact(self._source.read, offset, length, crc):
                         report.problems.append(
                             f"{what} at {offset} of commit {older.number} is damaged"
                         )
             commit = older
             commits.append(commit)
+        if commit.prev_footer:
+            report.problems.append("earlier footers name overlapping blocks: not all checked")
         return commits
-
-    def _block_intact(self, offset: int, length: int, crc: int) -> bool:
-        try:
-            return bounded.crc_range(self._source.read, offset, length) == crc
-        except FormatError:
-            return False
 
     def _verify_padding(self, report: VerifyReport, commits: list[Commit]) -> None:
         """Every byte between blocks must be zero (docs/FORMAT.md section 1). No checksum
-        covers these gaps and no read looks at them, so this is the only check they get.
-        Runs once the index is sound (records in file order), in bounded memory."""
+        covers these gaps and no read looks at them, so this is the only check they get."""
         header_length = HEADER_FIXED.unpack(bytes(self._source.read(0, HEADER_FIXED.size)))[5]
         blocks = [(0, header_length)]
         for commit in commits:
             blocks.append((commit.footer_offset, commit.end))
             blocks += [(offset, offset + n) for offset, n, _, _ in _checksummed_blocks(commit)]
-        read = self._source.read
-        records = (
-            bounded.extents(entries)
-            for seg in self._segments
-            for _, entries in bounded.index_chunks(read, seg)
-        )
-        gaps = bounded.gaps(blocks, records)
-        bad = [start for start, end in gaps if not bounded.all_zero(read, start, end)]
-        if bad:
-            where = ", ".join(str(b) for b in bad[:10]) + (" ..." if len(bad) > 10 else "")
-            report.problems.append(
-                f"non-zero bytes in the padding between blocks at {len(bad)} places "
-                f"(offsets {where}): no read uses them, but the file was changed there"
-            )
+        problem = bounded.padding_problem(self._source.read, blocks, self._segments)
+        report.problems += [problem] if problem else []
 
     def __repr__(self) -> str:
         state = "closed" if self._source is None else f"{self._len} records"
