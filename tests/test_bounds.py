@@ -715,7 +715,7 @@ def test_overlapping_segments_in_one_footer_are_refused_at_open(tmp_path):
 
 def test_earlier_footers_naming_overlapping_blocks_are_checked_once(tmp_path):
     """3000 earlier footers, each naming a different index segment over the same 8 MiB
-    (12 GB to checksum for an 8.8 MB file): verify stops once it has checksummed as much
+    (24 GB to checksum for an 8.8 MB file): verify stops once it has checksummed as much
     as the file holds, and says so (blocks of a valid file never overlap)."""
     path = tmp_path / "f.evs"
     with evs.Writer(path) as w:
@@ -729,10 +729,10 @@ def test_earlier_footers_naming_overlapping_blocks_are_checked_once(tmp_path):
     region = len(data)
     data += bytes(8 * MiB)
     prev = footer
+    count = (8 * MiB - 64 * 3000) // 24
+    crc = _zeros_crc(count * 24)
     for k in range(3000):
-        offset = region + 64 * k
-        count = (region + 8 * MiB - offset) // 24
-        seg = Segment(offset, count, _zeros_crc(count * 24), 0)
+        seg = Segment(region + 64 * k, count, crc, 0)
         number += 1
         commit = Commit(number, count, len(data), 0, prev, 0, 0, 0, (seg,))
         prev = len(data)
