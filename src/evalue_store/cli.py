@@ -24,7 +24,7 @@ import tempfile
 import threading
 import zipfile
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Callable
@@ -678,19 +678,20 @@ class Position:
         }
 
 
-def sample_indices(n: int, sample: int | None) -> np.ndarray:
-    """All indices, or ``sample`` of them evenly spread (deterministic, in file order)."""
+def sample_indices(n: int, sample: int | None) -> Sequence[int]:
+    """All indices (a range: n may be billions), or ``sample`` of them evenly spread
+    (deterministic, in file order)."""
     if not sample or sample >= n:
-        return np.arange(n)
+        return range(n)
     return np.unique(np.linspace(0, n - 1, sample).round().astype(np.int64))
 
 
 def collect_stats(ds: evs.Dataset, sample: int | None, bar: tqdm) -> dict:
     """Stream over the records once; memory depends on record width, not on record count."""
     sizes = Numbers()
-    entries = ds.entries()
-    for start in range(0, len(entries), Numbers.CHUNK):
-        sizes.add_array(entries["length"][start : start + Numbers.CHUNK] + FRAME_SIZE)
+    for entries in ds.iter_entries():  # a compressed index may not fit in memory whole
+        for start in range(0, len(entries), Numbers.CHUNK):
+            sizes.add_array(entries["length"][start : start + Numbers.CHUNK] + FRAME_SIZE)
     indices = sample_indices(len(ds), sample)
     positions: list[Position] = []
     unreadable, examples = 0, []
@@ -942,10 +943,10 @@ def schema(ds: evs.Dataset, samples: int = 8) -> tuple[list[dict], int, list[str
 
 
 def info_report(ds: evs.Dataset) -> tuple[dict, list[str]]:
-    entries = ds.entries()
     commit, header = ds.commit, ds.header
     file_bytes = os.path.getsize(ds.path)
-    data = int(entries["length"].sum(dtype=np.uint64)) + FRAME_SIZE * len(entries)
+    lengths = sum(int(e["length"].sum(dtype=np.uint64)) for e in ds.iter_entries())
+    data = lengths + FRAME_SIZE * len(ds)
     index = sum(seg.count for seg in commit.segments) * ENTRY_SIZE
     committed = ds.logical_size  # of the decompressed stream, for a compressed file
     problems = []

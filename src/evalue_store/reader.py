@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import bisect
-import json
 import mmap
 import os
 import zlib
@@ -13,6 +12,8 @@ from typing import Any, Union
 
 import numpy as np
 
+from . import bounded
+from .bounded import SHADOWED
 from .codec import compile_layout, decode_payload
 from .container import (
     ENTRY,
@@ -27,6 +28,7 @@ from .container import (
     find_last_commit,
     parse_footer_from,
     parse_header,
+    parse_metadata,
 )
 from .errors import FormatError
 from .frames import DEFAULT_CACHE_BYTES, MAX_FRAME_SIZE, ZstdSource, is_compressed
@@ -35,6 +37,7 @@ Index = Union[int, slice, Sequence[int], np.ndarray]
 MAX_LAYOUTS = 1024  # record structures remembered per reader (bounded: lengths may all differ)
 SCAN_CHUNK = 512  # index entries a scan decodes at a time
 OPEN_ATTEMPTS = 5  # opens retried while a writer changes the file's tail underneath
+MAX_LISTED = 1000  # bad records verify lists one by one (it counts the others)
 
 
 def aligned_buffer(size: int, alignment: int) -> np.ndarray:
@@ -65,9 +68,6 @@ class _MmapSource:
         """(buffer, position) such that buffer[position:position + n] is file[offset:...]."""
         return self.view, offset
 
-    def rfind(self, needle: bytes, start: int, end: int) -> int:
-        return self.map.rfind(needle, start, end)
-
     def close(self) -> None:
         try:
             self.view.release()  # tensors hold views of their own
@@ -78,8 +78,6 @@ class _MmapSource:
 
 class _PreadSource:
     """The file through os.pread: for filesystems where mmap is slow (NFS, FUSE)."""
-
-    CHUNK = 1 << 20
 
     def __init__(self, fd: int, size: int, alignment: int = 64):
         self.fd = fd
@@ -100,25 +98,14 @@ class _PreadSource:
     def frame(self, offset: int, n: int) -> tuple[Any, int]:
         return self.read(offset, n), 0
 
-    def rfind(self, needle: bytes, start: int, end: int) -> int:
-        # Backwards over chunks that overlap by len(needle) - 1 bytes so no match is cut.
-        while end - start >= len(needle):
-            lo = max(start, end - self.CHUNK)
-            hit = bytes(self.read(lo, end - lo)).rfind(needle)
-            if hit >= 0:
-                return lo + hit
-            end = lo + len(needle) - 1
-            if lo == start:
-                break
-        return -1
-
     def close(self) -> None:
         pass
 
 
 @dataclass
 class VerifyReport:
-    """What ``Dataset.verify`` found; ``ok`` is True when nothing is wrong."""
+    """What ``Dataset.verify`` found; ``ok`` is True when nothing is wrong. ``bad_records``
+    lists the first MAX_LISTED bad records; ``problems`` counts any more."""
 
     records: int = 0
     bytes_checked: int = 0
@@ -166,23 +153,26 @@ class Dataset:
         (abort, recovery) while the tail is searched: a FormatError from a file whose size
         changed meanwhile is that race, and the open is tried again."""
         for attempt in range(OPEN_ATTEMPTS):
-            fd = os.open(self.path, os.O_RDONLY)
+            fd = bounded.open_regular(self.path)
             try:
-                stat = os.fstat(fd)
+                st = os.fstat(fd)
             except BaseException:
                 os.close(fd)
                 raise
             try:
-                return self._load_from(fd, stat.st_size)  # closes fd
+                self._load_from(fd, st.st_size)  # closes fd
             except FormatError:
                 now = os.stat(self.path)
                 same = (now.st_size, now.st_mtime_ns, now.st_ino) == (
-                    stat.st_size,
-                    stat.st_mtime_ns,
-                    stat.st_ino,
+                    st.st_size,
+                    st.st_mtime_ns,
+                    st.st_ino,
                 )
                 if same or attempt + 1 == OPEN_ATTEMPTS:
                     raise
+            else:
+                self._identity = (st.st_dev, st.st_ino)
+                return
 
     def _load_from(self, fd: int, size: int) -> None:
         try:
@@ -192,7 +182,7 @@ class Dataset:
                 return
             probe = _PreadSource(fd, size)
             header = parse_header(probe.read, size)
-            commit = find_last_commit(probe.read, size, header, probe.rfind)
+            commit = find_last_commit(probe.read, size, header)
             if self.backend == "mmap":
                 source: Any = _MmapSource(fd, commit.end)
                 owned, fd = fd, -1  # forgotten first: an interrupt after close(2) never
@@ -215,7 +205,7 @@ class Dataset:
         try:
             header = parse_header(source.read, source.size)
             source.set_alignment(header.alignment)
-            commit = find_last_commit(source.read, source.size, header, source.rfind)
+            commit = source.last_commit(header)
         except BaseException:
             source.close()
             raise
@@ -257,9 +247,9 @@ class Dataset:
     def refresh(self) -> bool:
         """Pick up commits made since opening; returns True if the dataset changed."""
         self._ensure_open()
-        old = self.commit
-        self._load()
-        return self.commit.end != old.end
+        old = (self._identity, self.header.file_id, self.commit.number, self.commit.end)
+        self._load()  # a file replaced by another (rename) may have the same size
+        return (self._identity, self.header.file_id, self.commit.number, self.commit.end) != old
 
     def close(self) -> None:
         """Release the file. Tensor views handed out earlier stay valid."""
@@ -316,13 +306,9 @@ class Dataset:
                 if crc32(raw) != c.metadata_crc:
                     raise FormatError("metadata checksum mismatch", c.metadata_offset, self.path)
                 try:
-                    value = json.loads(raw.decode("utf-8"))
-                except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-                    # RecursionError: hostile nesting ([[[[...) deeper than json can parse
-                    raise FormatError(f"metadata is not JSON: {exc}", c.metadata_offset) from None
-                if not isinstance(value, dict):
-                    raise FormatError("metadata is not a JSON object", c.metadata_offset, self.path)
-                self._metadata = value
+                    self._metadata = parse_metadata(raw, c.metadata_offset)
+                except FormatError as exc:
+                    raise FormatError(exc.reason, exc.offset, self.path) from None
         return self._metadata
 
     @property
@@ -374,6 +360,13 @@ class Dataset:
         if not parts:
             return np.zeros(0, ENTRY_DTYPE)
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    def iter_entries(self) -> Iterator[np.ndarray]:
+        """``entries()`` in pieces of at most 1 MiB (a compressed index can exceed memory)."""
+        self._ensure_open()
+        for seg in self._segments:
+            for _, entries in bounded.index_chunks(self._source.read, seg):
+                yield entries
 
     def _segment_array(self, seg: Any) -> np.ndarray:
         raw = self._source.read(seg.offset, seg.count * ENTRY_SIZE)
@@ -504,12 +497,22 @@ class Dataset:
                 raise ValueError(f"{self.path}: dataset is closed") from None
             raise
 
+    def _shadow_check(self, chunk: np.ndarray, reach: int) -> tuple[int, int]:
+        """(records of ``chunk`` before the first that overlaps an earlier one, new reach)."""
+        masked, reach = bounded.shadowed(chunk, reach, self.header.data_start, self.commit.end)
+        return (int(masked.argmax()) if masked.any() else len(chunk)), reach
+
     def _scan_mapped(self) -> Iterator[list]:
-        first = 0
+        first = reach = 0
         for seg in self._segments:
             entries = self._segment_array(seg)
             for lo in range(0, seg.count, SCAN_CHUNK):
                 chunk = entries[lo : lo + SCAN_CHUNK]
+                good, reach = self._shadow_check(chunk, reach)
+                if good < len(chunk):
+                    yield from (self._record(i) for i in range(first + lo, first + lo + good))
+                    at = int(chunk[good]["offset"])
+                    raise FormatError(f"record {first + lo + good}: {SHADOWED}", at, self.path)
                 # Runs: records of one payload length, each frame right after the one before
                 # (as a writer appends them), so their frames are ``step`` bytes apart.
                 lengths, offsets = chunk["length"], chunk["offset"]
@@ -526,7 +529,7 @@ class Dataset:
         SCAN_CHUNK at a time instead of one lookup per record. A chunk that cannot be read,
         or an entry with reserved bits, is read record by record by ``_record``, so that
         errors name their record and the records before them are still yielded."""
-        first = 0
+        first = reach = 0
         for seg in self._segments:
             for lo in range(0, seg.count, SCAN_CHUNK):
                 count = min(SCAN_CHUNK, seg.count - lo)
@@ -536,9 +539,12 @@ class Dataset:
                     for i in range(first + lo, first + lo + count):
                         yield self._record(i)
                     continue
+                good, reach = self._shadow_check(np.frombuffer(raw, ENTRY_DTYPE), reach)
                 for i, (offset, length, crc, reserved) in enumerate(
                     ENTRY.iter_unpack(raw), first + lo
                 ):
+                    if i - first - lo == good:
+                        raise FormatError(f"record {i}: {SHADOWED}", offset, self.path)
                     yield self._record(i) if reserved else self._read(i, offset, length, crc)
             first += seg.count
 
@@ -595,18 +601,25 @@ class Dataset:
             report.problems.append(str(exc))
         self._verify_index(report)
         saved, self._crc_on_read = self._crc_on_read, True  # verify checks every record CRC
+        reach = unlisted = 0
         try:
-            for i in range(self._len):
-                try:
-                    entry = self._entry(i)
-                    self._read(i, *entry)
-                    report.bytes_checked += FRAME_SIZE + entry[1]
-                except FormatError as exc:
-                    report.bad_records.append((i, exc.reason))
-                if progress is not None and (i & 1023) == 1023:
-                    progress(i + 1)
+            for first, count, piece in bounded.index_pieces(self._source.read, self._segments):
+                if isinstance(piece, FormatError):
+                    reason = f"index entry unreadable: {piece.reason}"
+                    bad = [(i, reason) for i in range(first, first + count)]
+                else:
+                    bad, reach = self._verify_piece(report, first, piece, reach)
+                for i, reason in bad:
+                    if len(report.bad_records) < MAX_LISTED:
+                        report.bad_records.append((i, reason))
+                    else:  # a compressed index can hold billions: memory stays bounded
+                        unlisted += 1
+                if progress is not None:
+                    progress(first + count)
         finally:
             self._crc_on_read = saved
+        if unlisted:
+            report.problems.append(f"{unlisted} more bad records (the first {MAX_LISTED} listed)")
         commits = self._verify_history(report)
         if report.ok:  # gaps are only meaningful between blocks known to be sound
             self._verify_padding(report, commits)
@@ -619,30 +632,38 @@ class Dataset:
             )
         return report
 
+    def _verify_piece(
+        self, report: VerifyReport, first: int, entries: np.ndarray, reach: int
+    ) -> tuple[list[tuple[int, str]], int]:
+        """Read and check records ``first``... of a piece of the index; returns the bad ones
+        and the new reach (the end of the last good frame). A record starting before it is
+        bad unread, so no byte is checked twice however the index points."""
+        bad = []
+        for i, (offset, length, crc, reserved) in enumerate(entries.tolist(), first):
+            try:
+                if reserved:
+                    raise FormatError(f"index entry of record {i} has reserved bits set", offset)
+                if offset < reach:
+                    raise FormatError(f"record {i}: {SHADOWED}", offset)
+                self._read(i, offset, length, crc)
+                report.bytes_checked += FRAME_SIZE + length
+                reach = offset + FRAME_SIZE + length
+            except FormatError as exc:
+                bad.append((i, exc.reason))
+        return bad, reach
+
     def _verify_index(self, report: VerifyReport) -> None:
-        """Segment checksums, and record frames in increasing, non-overlapping order."""
-        previous_end = self.header.data_start
-        base = 0
+        """Segment checksums, a chunk at a time (a compressed index can exceed memory)."""
         for k, seg in enumerate(self._segments):
             try:
-                raw = self._source.read(seg.offset, seg.count * ENTRY_SIZE)
+                crc = 0
+                for _, entries in bounded.index_chunks(self._source.read, seg):
+                    crc = zlib.crc32(entries, crc)
             except FormatError as exc:
                 report.problems.append(f"index segment {k} unreadable: {exc}")
-                base += seg.count
                 continue
-            if crc32(raw) != seg.crc:
+            if crc != seg.crc:
                 report.problems.append(f"index segment {k} at {seg.offset}: checksum mismatch")
-            entries = np.frombuffer(raw, ENTRY_DTYPE, seg.count)
-            starts = entries["offset"].astype(np.int64)
-            ends = starts + FRAME_SIZE + entries["length"].astype(np.int64)
-            overlaps = np.flatnonzero(starts[1:] < ends[:-1]) + 1
-            if starts[0] < previous_end:
-                overlaps = np.concatenate([[0], overlaps])
-            for j in overlaps[:100]:  # an index problem: the read of each record says which is bad
-                j = base + int(j)
-                report.problems.append(f"index: records {j - 1} and {j} overlap in the file")
-            previous_end = int(ends[-1])
-            base += seg.count
 
     def _verify_history(self, report: VerifyReport) -> list[Commit]:
         """Walk the chain of earlier footers and check them and the index segments they name;
@@ -650,8 +671,8 @@ class Dataset:
         checked = {seg.offset for seg in self._segments}  # segments' and metadata offsets
         checked.add(self.commit.metadata_offset)
         commit = self.commit
-        commits = [commit]
-        while commit.prev_footer:
+        commits, hashed = [commit], 0  # footers and blocks are disjoint: at most the file
+        while commit.prev_footer and hashed <= self.commit.end:
             try:
                 older = parse_footer_from(
                     self._source.read, commit.prev_footer, commit.footer_offset, self.header
@@ -663,22 +684,22 @@ class Dataset:
                     f"footer of commit {commit.number - 1} at {commit.prev_footer} is damaged"
                 )
                 return commits
+            hashed += older.end - older.footer_offset
             for offset, length, crc, what in _checksummed_blocks(older):
                 if offset not in checked:
                     checked.add(offset)
-                    if not self._block_intact(offset, length, crc):
+                    hashed += length
+                    if hashed > self.commit.end:
+                        break
+                    if not bounded.intact(self._source.read, offset, length, crc):
                         report.problems.append(
                             f"{what} at {offset} of commit {older.number} is damaged"
                         )
             commit = older
             commits.append(commit)
+        if commit.prev_footer:
+            report.problems.append("earlier footers name overlapping blocks: not all checked")
         return commits
-
-    def _block_intact(self, offset: int, length: int, crc: int) -> bool:
-        try:
-            return crc32(self._source.read(offset, length)) == crc
-        except FormatError:
-            return False
 
     def _verify_padding(self, report: VerifyReport, commits: list[Commit]) -> None:
         """Every byte between blocks must be zero (docs/FORMAT.md section 1). No checksum
@@ -688,27 +709,8 @@ class Dataset:
         for commit in commits:
             blocks.append((commit.footer_offset, commit.end))
             blocks += [(offset, offset + n) for offset, n, _, _ in _checksummed_blocks(commit)]
-        fixed = np.array(blocks, np.int64)
-        entries = self.entries()
-        records = entries["offset"].astype(np.int64)
-        starts = np.concatenate([fixed[:, 0], records])
-        ends = np.concatenate(
-            [fixed[:, 1], records + FRAME_SIZE + entries["length"].astype(np.int64)]
-        )
-        order = np.argsort(starts, kind="stable")
-        starts, ends = starts[order], np.maximum.accumulate(ends[order])
-        gap_starts, gap_ends = ends[:-1], starts[1:]
-        keep = gap_ends > gap_starts
-        bad = []
-        for start, end in zip(gap_starts[keep].tolist(), gap_ends[keep].tolist()):
-            if bytes(self._source.read(start, end - start)).count(0) != end - start:
-                bad.append(start)
-        if bad:
-            where = ", ".join(str(b) for b in bad[:10]) + (" ..." if len(bad) > 10 else "")
-            report.problems.append(
-                f"non-zero bytes in the padding between blocks at {len(bad)} places "
-                f"(offsets {where}): no read uses them, but the file was changed there"
-            )
+        problem = bounded.padding_problem(self._source.read, blocks, self._segments)
+        report.problems += [problem] if problem else []
 
     def __repr__(self) -> str:
         state = "closed" if self._source is None else f"{self._len} records"

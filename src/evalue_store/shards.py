@@ -10,11 +10,13 @@ Manifest (``format`` "evalue_store.shards", ``version`` 1)::
      "shards": [{"path": "train-00000.evs", "records": 100, "bytes": 123456,
                  "footer_sha256": "9f86d0..."}, ...]}
 
-Shard paths are relative to the manifest's directory. ``footer_sha256`` is the SHA-256 (hex)
-of the shard's last footer (bytes ``[commit.footer_offset, commit.end)``): it names the exact
-commit the manifest describes, so a shard replaced or appended to since is caught without
-reading its records. (Not a CRC-32: a footer ends with its own CRC, and the CRC-32 of data
-followed by its CRC is the same constant for every footer.)
+Shard paths are relative to the manifest's directory; ``read_manifest`` checks every field
+(counts and their total are int64) and ``open_shards`` that every shard is a regular file.
+``footer_sha256`` is the SHA-256 (hex) of the shard's last footer (bytes
+``[commit.footer_offset, commit.end)``): it names the exact commit the manifest describes,
+so a shard replaced or appended to since is caught without reading its records. (Not a
+CRC-32: a footer ends with its own CRC, and the CRC-32 of data followed by its CRC is the
+same constant for every footer.)
 
 Several processes can write in parallel with distinct patterns (each gets its own manifest);
 ``merge_manifests`` combines them, or pass them all to ``open_shards``. No torch import here.
@@ -27,6 +29,8 @@ import glob
 import hashlib
 import json
 import os
+import re
+import stat
 import tempfile
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
@@ -35,6 +39,7 @@ from typing import Any, Union
 
 import numpy as np
 
+from .bounded import open_regular
 from .container import encode_footer
 from .errors import FormatError
 from .files import fsync_dir
@@ -132,37 +137,66 @@ def write_manifest(path: PathLike, shards: Sequence[ShardInfo], durable: bool = 
 
 
 def read_manifest(path: PathLike) -> list[ShardInfo]:
-    """Parse a manifest; shard paths come back absolute. Raises FormatError if malformed."""
+    """Parse a manifest; shard paths come back absolute. Raises FormatError if malformed,
+    naming the manifest and the field: every count must be an int64, as must their total."""
     path = os.path.abspath(os.fspath(path))
+    fd = open_regular(path)  # a FIFO would block: FormatError instead
     try:
-        with open(path, encoding="utf-8") as f:
+        with os.fdopen(fd, encoding="utf-8") as f:
             doc = json.load(f)
-    except (UnicodeDecodeError, ValueError) as exc:
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        # RecursionError: nesting deeper than json can parse
         raise FormatError(f"manifest is not JSON: {exc}", None, path) from None
     if not isinstance(doc, dict) or doc.get("format") != MANIFEST_FORMAT:
         raise FormatError(f"not an {MANIFEST_FORMAT} manifest", None, path)
     if doc.get("version") != MANIFEST_VERSION:
         raise FormatError(f"unsupported manifest version {doc.get('version')!r}", None, path)
     base = os.path.dirname(path)
+    items = doc.get("shards")
+    if not isinstance(items, list):
+        raise FormatError("'shards' is not a list", None, path)
     shards = []
-    try:
-        for item in doc["shards"]:
-            info = ShardInfo(
-                os.path.normpath(os.path.join(base, item["path"])),
-                item["records"],
-                item["bytes"],
-                item["footer_sha256"],
-            )
-            if not all(isinstance(v, int) and v >= 0 for v in (info.records, info.nbytes)):
-                raise TypeError("negative or non-integer count")
-            if not isinstance(info.footer_sha256, str):
-                raise TypeError("footer_sha256 is not a string")
-            shards.append(info)
-    except (KeyError, TypeError) as exc:
-        raise FormatError(f"malformed shard list: {exc!r}", None, path) from None
-    if doc.get("records") != sum(s.records for s in shards):
-        raise FormatError("record total disagrees with the shard list", None, path)
+    for k, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise FormatError(f"shards[{k}] is not an object", None, path)
+        name = item.get("path")
+        if not isinstance(name, str) or not name or "\0" in name:
+            raise FormatError(f"shards[{k}].path is not a file name: {name!r:.80}", None, path)
+        records, nbytes = (_count(item.get(key), f"shards[{k}].{key}", path) for key in _COUNTS)
+        digest = item.get("footer_sha256")
+        if not isinstance(digest, str) or not _SHA256.fullmatch(digest):
+            raise FormatError(f"shards[{k}].footer_sha256 is not a SHA-256 in hex", None, path)
+        shards.append(
+            ShardInfo(os.path.normpath(os.path.join(base, name)), records, nbytes, digest)
+        )
+    total = _count(doc.get("records"), "records", path)
+    if total != sum(s.records for s in shards):
+        raise FormatError("records: the record total disagrees with the shard list", None, path)
     return shards
+
+
+_COUNTS = ("records", "bytes")
+_SHA256 = re.compile("[0-9a-f]{64}")
+MAX_COUNT = (1 << 63) - 1  # counts are int64 in a ShardedDataset's index
+
+
+def _count(value: Any, field: str, path: str) -> int:
+    if type(value) is not int or not 0 <= value <= MAX_COUNT:
+        raise FormatError(f"{field} is not an integer in [0, 2^63): {value!r:.40}", None, path)
+    return value
+
+
+def check_shard_files(shards: Sequence[ShardInfo], manifest: str) -> None:
+    """Each shard a manifest lists must be a regular file now (one stat each), so that a
+    missing shard fails at open, not at its first read."""
+    for k, info in enumerate(shards):
+        try:
+            mode = os.stat(info.path).st_mode
+        except OSError as exc:
+            reason = f"shards[{k}].path {info.path}: {exc.strerror}"
+            raise FormatError(reason, None, manifest) from None
+        if not stat.S_ISREG(mode):
+            raise FormatError(f"shards[{k}].path {info.path} is not a regular file", None, manifest)
 
 
 def merge_manifests(inputs: Source, out: PathLike) -> str:
@@ -384,10 +418,14 @@ def resolve_shards(source: Source) -> list[ShardInfo]:
         members = _directory_members(path) if os.path.isdir(path) else [path]
         for member in members:
             if member.endswith(".json"):
-                shards.extend(read_manifest(member))
+                listed = read_manifest(member)
+                check_shard_files(listed, os.path.abspath(member))
+                shards.extend(listed)
             else:
                 shards.append(describe_shard(member))
     _check_unique(shards)
+    if sum(s.records for s in shards) > MAX_COUNT:
+        raise FormatError(f"the shards of {source!r:.200} hold more than 2^63-1 records in all")
     return shards
 
 

@@ -59,9 +59,11 @@ from .frames import (
     is_compressed,
     pwrite_all,
     read_dictionary,
+    table_from_lists,
 )
 from .seekable import (
     EMPTY_CHECKSUM,
+    decompress_frame,
     find_last_seek_table,
     frame_extent,
     new_decompressor,
@@ -69,6 +71,7 @@ from .seekable import (
 
 MERGE_FANOUT = 4  # merge the newest index segments when this many share a level
 MIN_FRAME_SIZE = 256  # below this, per-frame overhead outweighs the record; 1 record per frame
+SALVAGE_EXPANSION = 64  # recovery decompresses at most this much per byte of compressed tail
 
 
 def _encode_metadata(metadata: dict | None) -> bytes:
@@ -137,7 +140,7 @@ class _PlainFile:
         self.map = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
         try:
             self.header = parse_header(self.read, size)
-            self.commit = find_last_commit(self.read, size, self.header, self.map.rfind)
+            self.commit = find_last_commit(self.read, size, self.header)
             start = align_up(self.commit.end, self.header.alignment)
             self.found, keep = [], self.commit.end
             if size > self.commit.end:
@@ -175,7 +178,7 @@ class _ZstdFile:
         try:
             self.header = parse_header(source.read, source.size)
             source.set_alignment(self.header.alignment)
-            self.commit = find_last_commit(source.read, source.size, self.header, source.rfind)
+            self.commit = source.last_commit(self.header)
             if self.commit.end != source.size:
                 raise FormatError("the last seek table does not end at a commit", size)
             self.dictionary = source.dictionary
@@ -207,18 +210,22 @@ class _ZstdFile:
             source.close()
 
     def _salvage(self, source: ZstdSource, start: int, size: int) -> tuple:
+        # Decompressed tail bytes are held in memory: bounded by the reader's frame cap per
+        # frame, and in all by SALVAGE_EXPANSION times the compressed tail plus one frame.
+        # Frames past either bound are not salvaged (they go to the side file).
         frames, logical, pos = [], bytearray(), start
+        room = MAX_FRAME_SIZE + SALVAGE_EXPANSION * (size - start)
         while pos < size:
             n = frame_extent(source.map, pos, size)
             if n is None:
                 break
-            try:
-                data = source.dctx.decompress(source.map[pos : pos + n])
-            except zstandard.ZstdError:
+            data = _decompress_tail_frame(source, pos, n, min(MAX_FRAME_SIZE, room))
+            if data is None:
                 break
             (checksum,) = struct.unpack_from("<I", source.map, pos + n - 4)
             frames.append((n, len(data), checksum, pos + n))
             logical += data
+            room -= len(data)
             pos += n
         base = source.size
         if not frames:
@@ -297,6 +304,25 @@ def _died_before_first_commit(fd: int, size: int) -> bytes | None:
         except zstandard.ZstdError:
             return None
     return (dictionary or b"") if head == MAGIC else None
+
+
+def _decompress_tail_frame(source: ZstdSource, pos: int, n: int, cap: int) -> Any:
+    """The bytes of the complete zstd frame at ``pos`` (``n`` bytes; no seek table lists it),
+    or None if it declares more than ``cap`` bytes or does not decompress to what it
+    declares: checked before any allocation (its header, its blocks' capacity)."""
+    frame = source.map[pos : pos + n]
+    try:
+        declared = zstandard.get_frame_parameters(frame).content_size
+    except zstandard.ZstdError:
+        return None
+    if declared > cap:  # frame_extent already refused an unknown content size
+        return None
+    (checksum,) = struct.unpack_from("<I", frame, n - 4)
+    table = table_from_lists([n], [declared], [checksum])
+    try:
+        return memoryview(decompress_frame(frame, table, 0, dctx=source.dctx))
+    except FormatError:
+        return None
 
 
 def _check_alignment(alignment: int) -> None:
