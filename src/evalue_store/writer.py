@@ -106,11 +106,16 @@ def _side_file(path: str, keep: int, data: Any) -> str:
     while os.path.exists(side):
         counter += 1
         side = f"{path}.tail-{keep}.{counter}"
-    with open(side, "xb") as out:
-        out.write(data)
-        out.flush()
-        os.fsync(out.fileno())
-    fsync_dir(side)  # the bytes are cut from the container next: their new name must last
+    try:
+        with open(side, "xb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        fsync_dir(side)  # the bytes are cut from the container next: their new name must last
+    except BaseException:
+        with contextlib.suppress(OSError):  # a partial copy saves nothing: the file is intact
+            os.unlink(side)
+        raise
     return side
 
 
@@ -160,7 +165,10 @@ class _PlainFile:
                 else None
             )
         finally:
-            self.map.close()
+            try:
+                self.map.close()
+            except BufferError:
+                pass  # an exception's traceback still holds views of the map; they free it
 
     def read(self, offset: int, n: int) -> memoryview:
         return memoryview(self.map)[offset : offset + n]
@@ -337,7 +345,7 @@ class Writer:
     (creating the file if needed; a tail left by a crashed writer is salvaged first, see
     ``salvage``). ``close()``, or leaving the ``with`` block normally, commits; leaving it by an
     exception discards what was appended since the last commit (``abort()``). One writer per file:
-    a second one raises WriterLockedError. Not thread-safe.
+    a second one raises WriterLockedError. Threads may share a Writer: its calls take turns.
 
     ``compression="zstd"`` stores the same container as seekable zstd frames of about
     ``frame_size`` bytes (docs/FORMAT.md section 16); ``dictionary`` (bytes from
@@ -388,7 +396,10 @@ class Writer:
         flags = os.O_RDWR | os.O_CREAT | (os.O_EXCL if mode != "a" else 0)
         self._fd = open_locked(self.path, flags)
         try:
-            size = os.fstat(self._fd).st_size
+            st = os.fstat(self._fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise FormatError("not a regular file: cannot hold a container", None, self.path)
+            size = st.st_size
             if size:
                 self._open_existing(size, metadata is not None, alignment)
             else:
@@ -403,11 +414,12 @@ class Writer:
         """Mode "w" over an existing file: build the new, empty container as a new inode and
         rename it over the old one. Truncating in place would kill every reader that maps
         the old file (SIGBUS); this way they keep reading the old data."""
-        old_mode = stat.S_IMODE(os.stat(self.path).st_mode)
-        self._fd, temp = create_temp(self.path, old_mode)
+        target = os.path.realpath(self.path)  # through a symlink, as truncating went
+        old_mode = stat.S_IMODE(os.stat(target).st_mode)
+        self._fd, temp = create_temp(target, old_mode)
         try:
             self._create(alignment, compression, dictionary)
-            replace_locked(temp, self.path, durable=self.durable)
+            replace_locked(temp, target, durable=self.durable)
         except BaseException:
             self._release()
             with contextlib.suppress(FileNotFoundError):  # gone if the rename happened
