@@ -9,10 +9,11 @@ import os
 import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
 
 import numpy as np
 
+from . import indexing
 from .codec import compile_layout, decode_payload
 from .container import (
     ENTRY,
@@ -30,8 +31,8 @@ from .container import (
 )
 from .errors import FormatError
 from .frames import DEFAULT_CACHE_BYTES, MAX_FRAME_SIZE, ZstdSource, is_compressed
+from .indexing import Index
 
-Index = Union[int, slice, Sequence[int], np.ndarray]
 MAX_LAYOUTS = 1024  # record structures remembered per reader (bounded: lengths may all differ)
 SCAN_CHUNK = 512  # index entries a scan decodes at a time
 OPEN_ATTEMPTS = 5  # opens retried while a writer changes the file's tail underneath
@@ -379,13 +380,6 @@ class Dataset:
         raw = self._source.read(seg.offset, seg.count * ENTRY_SIZE)
         return np.frombuffer(raw, ENTRY_DTYPE, seg.count)
 
-    def _normalize(self, i: int) -> int:
-        n = self._len
-        j = i + n if i < 0 else i
-        if not 0 <= j < n:
-            raise IndexError(f"record {i} out of range for {n} records")
-        return j
-
     # ------------------------------------------------------------------ records
 
     def _record(self, i: int) -> list:
@@ -410,7 +404,7 @@ class Dataset:
         which decoding and re-encoding cannot always do.
         """
         self._ensure_open()
-        i = self._normalize(int(index))
+        i = indexing.scalar(index, self._len)
         offset, length, crc = self._entry(i)
         self._check_entry(i, offset, length)
         buf, pos = self._source.frame(offset, FRAME_SIZE + length)
@@ -471,21 +465,27 @@ class Dataset:
         self._layouts[length] = compile_layout(buf, pos, length, self.header.alignment)
 
     def __getitem__(self, index: Index) -> Any:
+        """One record for an integer; a list of records for a slice, an integer array or a
+        boolean mask (numpy's rules, see ``evalue_store.indexing``)."""
         self._ensure_open()
-        if isinstance(index, (int, np.integer)):
-            return self._record(self._normalize(int(index)))
-        if isinstance(index, slice):
-            return [self._record(i) for i in range(*index.indices(self._len))]
-        return self.get_many(index)
+        where = indexing.normalize(index, self._len)
+        if isinstance(where, int):
+            return self._record(where)
+        if isinstance(where, range):
+            return [self._record(i) for i in where]
+        return self._get_positions(where.tolist())
 
     def get_many(self, indices: Sequence[int] | np.ndarray) -> list[list]:
-        """Records for a list of indices, in the order given.
+        """Records for a list of indices (or a boolean mask), in the order given.
 
         They are read in file order, so a compressed file decompresses each frame once
         per batch and a plain one reads forward.
         """
         self._ensure_open()
-        wanted = sorted((self._normalize(int(i)), k) for k, i in enumerate(indices))
+        return self._get_positions(indexing.many(indices, self._len).tolist())
+
+    def _get_positions(self, positions: list[int]) -> list[list]:
+        wanted = sorted(zip(positions, range(len(positions))))
         entries = [self._entry(i) for i, _ in wanted]  # all index lookups, then all records
         result: list = [None] * len(wanted)
         for (i, k), entry in zip(wanted, entries):

@@ -35,10 +35,12 @@ from typing import Any, Union
 
 import numpy as np
 
+from . import indexing
 from .container import encode_footer
 from .errors import FormatError
 from .files import fsync_dir
 from .frames import DEFAULT_CACHE_BYTES, MAX_FRAME_SIZE
+from .indexing import Index
 from .reader import Dataset, open_dataset
 from .writer import Writer
 
@@ -490,29 +492,27 @@ class ShardedDataset:
 
     def locate(self, i: int) -> tuple[int, int]:
         """(shard, record within the shard) of global record ``i``."""
-        n = self._len
-        j = i + n if i < 0 else i
-        if not 0 <= j < n:
-            raise IndexError(f"record {i} out of range for {n} records")
+        j = indexing.scalar(i, self._len)
         k = bisect.bisect_right(self._ends, j)
         return k, j - int(self.offsets[k])
 
-    def __getitem__(self, index: int | slice | Sequence[int] | np.ndarray) -> Any:
-        if isinstance(index, (int, np.integer)):
-            k, j = self.locate(int(index))
+    def __getitem__(self, index: Index) -> Any:
+        """One record for an integer; a list of records for a slice, an integer array or a
+        boolean mask (numpy's rules, as for ``Dataset``)."""
+        where = indexing.normalize(index, self._len)
+        if isinstance(where, int):
+            k, j = self.locate(where)
             return self.shard(k)[j]
-        if isinstance(index, slice):
-            return self.get_many(np.arange(*index.indices(self._len)))
-        return self.get_many(index)
+        return self._get_positions(
+            np.arange(where.start, where.stop, where.step) if isinstance(where, range) else where
+        )
 
     def get_many(self, indices: Sequence[int] | np.ndarray) -> list[list]:
-        """Records for a list of global indices, in the order given; reads grouped by shard."""
-        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
-        n = self._len
-        bad = (idx < -n) | (idx >= n)
-        if bad.any():
-            raise IndexError(f"record {int(idx[bad][0])} out of range for {n} records")
-        idx = np.where(idx < 0, idx + n, idx)
+        """Records for a list of global indices (or a boolean mask), in the order given;
+        reads grouped by shard."""
+        return self._get_positions(indexing.many(indices, self._len))
+
+    def _get_positions(self, idx: np.ndarray) -> list[list]:
         shard_of = np.searchsorted(self.offsets, idx, side="right") - 1
         out: list[Any] = [None] * len(idx)
         order = np.argsort(shard_of, kind="stable")

@@ -31,6 +31,7 @@ except ModuleNotFoundError as exc:  # evalue_store itself never needs torch
 import torch.distributed as dist
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
+from . import indexing
 from .dtypes import BFLOAT16
 from .shards import ShardedDataset, Source, open_shards
 
@@ -85,8 +86,13 @@ class EValueDataset(Dataset):
         sample = [as_torch(v) for v in record]
         return sample if self.transform is None else self.transform(sample)
 
-    def __getitem__(self, index: int) -> Any:
-        return self._sample(self.data[index])
+    def __getitem__(self, index: Any) -> Any:
+        """The sample for an integer index (int, numpy or 0-d tensor); a list of samples
+        for a slice, an integer array/tensor or a boolean mask (numpy's rules)."""
+        where = indexing.normalize(index, len(self.data))
+        if isinstance(where, int):
+            return self._sample(self.data[where])
+        return self.__getitems__(where)
 
     def __getitems__(self, indices: Sequence[int]) -> list:
         return [self._sample(r) for r in self.data.get_many(indices)]
