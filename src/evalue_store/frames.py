@@ -182,7 +182,7 @@ class ZstdSource:
         if buf is not None:
             self._cache.move_to_end(k)
             return buf
-        buf = self._decompress(k)
+        buf = self._decompress(k).toreadonly()  # later reads of the frame share it
         self._cache[k] = buf
         self._cached += buf.nbytes
         while self._cached > self.cache_bytes and len(self._cache) > 1:
@@ -245,7 +245,7 @@ class ZstdSource:
             else:
                 out[pos - offset : pos - offset + take] = self._frame(k)[pos - f_start :][:take]
             pos += take
-        return memoryview(out), 0
+        return memoryview(out).toreadonly(), 0  # read-only like the cached frames
 
     def read(self, offset: int, n: int) -> memoryview:
         buf, pos = self.frame(offset, n)

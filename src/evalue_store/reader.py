@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import bisect
 import json
-import mmap
 import os
 import zlib
 from collections.abc import Iterator, Sequence
@@ -14,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from . import indexing
+from .buffers import close_map, map_file
 from .codec import compile_layout, decode_payload
 from .container import (
     ENTRY,
@@ -46,18 +46,20 @@ def aligned_buffer(size: int, alignment: int) -> np.ndarray:
 
 
 class _MmapSource:
-    """The file through a private copy-on-write mapping.
+    """The file through a private copy-on-write mapping, read through a read-only view.
 
-    ACCESS_COPY pages are writable (so torch.from_numpy takes views without a warning) but
-    writes stay private to this process and never reach the file.
+    Every array handed out is a read-only view of it (see ``buffers``): a write into one
+    would change later reads. The mapping is private (ACCESS_COPY) all the same, so that
+    a write forced through anyway (``torch.from_numpy`` of a view, which warns) changes
+    this process's pages, never the file, and does not crash the process.
     """
 
     def __init__(self, fd: int, size: int):
         self.size = size
-        self.map = mmap.mmap(fd, size, access=mmap.ACCESS_COPY)
+        self.map = map_file(fd, size)
         # Reads slice this one view: each np.frombuffer / slice of the mmap itself would
         # first make a memoryview of it (half the cost of a small tensor view).
-        self.view = memoryview(self.map)
+        self.view = memoryview(self.map).toreadonly()
 
     def read(self, offset: int, n: int) -> memoryview:
         return self.view[offset : offset + n]
@@ -72,9 +74,9 @@ class _MmapSource:
     def close(self) -> None:
         try:
             self.view.release()  # tensors hold views of their own
-            self.map.close()
         except BufferError:
-            pass  # views into it are still alive; the mapping goes when the last one does
+            return  # views into it are still alive; the mapping goes when the last one does
+        close_map(self.map)
 
 
 class _PreadSource:
@@ -88,15 +90,14 @@ class _PreadSource:
         self.alignment = alignment
 
     def read(self, offset: int, n: int) -> memoryview:
-        buf = aligned_buffer(n, self.alignment)
-        view = memoryview(buf)
+        view = memoryview(aligned_buffer(n, self.alignment))
         done = 0
         while done < n:
             got = os.preadv(self.fd, [view[done:]], offset + done)
             if got <= 0:
                 raise FormatError(f"file ends early: wanted {n} bytes", offset + done)
             done += got
-        return view
+        return view.toreadonly()  # arrays of it are read-only like a mapping's
 
     def frame(self, offset: int, n: int) -> tuple[Any, int]:
         return self.read(offset, n), 0

@@ -32,6 +32,7 @@ import torch.distributed as dist
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
 from . import indexing
+from .buffers import private
 from .dtypes import BFLOAT16
 from .shards import ShardedDataset, Source, open_shards
 
@@ -40,12 +41,14 @@ FETCH = 64  # records read per get_many in the iterable dataset
 
 
 def as_torch(value: Any) -> Any:
-    """A decoded value with numpy arrays turned into tensors sharing their memory.
+    """A decoded value with numpy arrays turned into writable tensors that no later read
+    shares: big ones without a copy (``evalue_store.buffers.private``), small ones copied.
 
     Tensor lists (ListTensor, ListOptionalTensor) become lists of tensors (None kept);
     every other kind is returned as is.
     """
     if isinstance(value, np.ndarray):
+        value = private(value)  # writable, and no later read shares its memory
         if value.dtype == BFLOAT16:
             return torch.from_numpy(value.view(np.int16)).view(torch.bfloat16)
         return torch.from_numpy(value)
