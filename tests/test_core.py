@@ -181,7 +181,7 @@ def test_value_mapping_and_wrappers(tmp_path):
         ([object()], "no EValue kind"),
         ([np.zeros(2, "datetime64[s]")], "ScalarType"),
         ([np.zeros(2, "U3")], "ScalarType"),
-        ("abc", "list of values"),
+        ("abc", "list, tuple or dict of values"),
         ([evs.Int(2.5)], "integer"),
         (["\ud800"], "UTF-8"),
     ],

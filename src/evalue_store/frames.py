@@ -517,9 +517,11 @@ def train_dictionary(records: Any, size: int = 64 << 10, alignment: int = 64) ->
     hundred typical records recovers most of what whole-file compression would gain.
     """
     from .codec import encode_record
+    from .fields import Fields
 
     samples = []
-    for values in records:
+    for record in records:
+        values, _ = Fields().values(record)  # a dict record: its values, as a writer stores
         chunks, _, _ = encode_record(values, alignment)
         samples.append(b"".join(bytes(memoryview(c).cast("B")) for c in chunks))
     if len(samples) < 8:

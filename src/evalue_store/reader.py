@@ -30,6 +30,7 @@ from .container import (
     parse_header,
 )
 from .errors import FormatError
+from .fields import stored_names, to_dict
 from .frames import DEFAULT_CACHE_BYTES, MAX_FRAME_SIZE, ZstdSource, is_compressed
 from .indexing import Index
 
@@ -149,6 +150,7 @@ class Dataset:
         cache_bytes: int = DEFAULT_CACHE_BYTES,
         max_frame_size: int = MAX_FRAME_SIZE,
         max_record_bytes: int | None = None,
+        as_dict: bool = False,
     ):
         if backend not in ("mmap", "pread"):
             raise ValueError(f"backend must be 'mmap' or 'pread', not {backend!r}")
@@ -158,8 +160,11 @@ class Dataset:
         self.cache_bytes = cache_bytes
         self.max_frame_size = max_frame_size
         self.max_record_bytes = max_record_bytes
+        self.as_dict = as_dict
         self._source: Any = None
         self._load()
+        if as_dict:
+            self._dict_names()  # an unnamed file is an error now, not at the first read
 
     # ------------------------------------------------------------------ opening
 
@@ -248,6 +253,7 @@ class Dataset:
         self._metadata: dict | None = None
         self._layouts: dict[int, Any] = {}  # payload length -> Layout (or None: not compiled)
         self._lengths_seen: set[int] = set()
+        self._names: tuple[str, ...] | None = None  # field names, once as_dict needed them
 
     def _close_source(self) -> None:
         if self._source is not None:
@@ -289,6 +295,7 @@ class Dataset:
             "cache_bytes": self.cache_bytes,
             "max_frame_size": self.max_frame_size,
             "max_record_bytes": self.max_record_bytes,
+            "as_dict": self.as_dict,
         }
 
     def __setstate__(self, state: dict) -> None:
@@ -299,6 +306,7 @@ class Dataset:
         self.cache_bytes = state["cache_bytes"]
         self.max_frame_size = state["max_frame_size"]
         self.max_record_bytes = state["max_record_bytes"]
+        self.as_dict = state.get("as_dict", False)
         self._source = None
         self._closed_by_pickle = True
         self._len = None
@@ -326,6 +334,23 @@ class Dataset:
                     raise FormatError("metadata is not a JSON object", c.metadata_offset, self.path)
                 self._metadata = value
         return self._metadata
+
+    @property
+    def fields(self) -> tuple[str, ...] | None:
+        """The names of the record fields (``evalue_store.fields``), None if unnamed."""
+        return stored_names(self.metadata)
+
+    def _dict_names(self) -> tuple[str, ...]:
+        if self._names is None:
+            names = self.fields
+            if names is None:
+                raise ValueError(f"{self.path}: as_dict needs field names; its records have none")
+            self._names = names
+        return self._names
+
+    def _named(self, records: list[list]) -> list:
+        names = self._dict_names()
+        return [to_dict(r, names) for r in records]
 
     @property
     def logical_size(self) -> int:
@@ -471,10 +496,13 @@ class Dataset:
         self._ensure_open()
         where = indexing.normalize(index, self._len)
         if isinstance(where, int):
-            return self._record(where)
+            record = self._record(where)
+            return to_dict(record, self._dict_names()) if self.as_dict else record
         if isinstance(where, range):
-            return [self._record(i) for i in where]
-        return self._get_positions(where.tolist())
+            records = [self._record(i) for i in where]
+        else:
+            records = self._get_positions(where.tolist())
+        return self._named(records) if self.as_dict else records
 
     def get_many(self, indices: Sequence[int] | np.ndarray) -> list[list]:
         """Records for a list of indices (or a boolean mask), in the order given.
@@ -483,7 +511,8 @@ class Dataset:
         per batch and a plain one reads forward.
         """
         self._ensure_open()
-        return self._get_positions(indexing.many(indices, self._len).tolist())
+        records = self._get_positions(indexing.many(indices, self._len).tolist())
+        return self._named(records) if self.as_dict else records
 
     def _get_positions(self, positions: list[int]) -> list[list]:
         wanted = sorted(zip(positions, range(len(positions))))
@@ -497,9 +526,13 @@ class Dataset:
         self._ensure_open()
         try:
             if isinstance(self._source, _MmapSource):
-                yield from self._scan_mapped()
+                records = self._scan_mapped()
             else:
-                yield from self._scan_by_chunks()
+                records = self._scan_by_chunks()
+            if self.as_dict:
+                names = self._dict_names()
+                records = (to_dict(r, names) for r in records)
+            yield from records
         except AttributeError:
             if self._source is None:  # closed during the scan: records handed out stay valid
                 raise ValueError(f"{self.path}: dataset is closed") from None
@@ -736,6 +769,7 @@ def open_dataset(
     cache_bytes: int = DEFAULT_CACHE_BYTES,
     max_frame_size: int = MAX_FRAME_SIZE,
     max_record_bytes: int | None = None,
+    as_dict: bool = False,
 ) -> Dataset:
     """Open a container for reading at its last commit.
 
@@ -751,6 +785,9 @@ def open_dataset(
     ``max_record_bytes`` makes reading a bigger record raise FormatError instead of mapping,
     or for a compressed file decompressing, that much (``verify()`` lists such records as
     bad records, with that reason).
+
+    ``as_dict``: records come back as dicts keyed by the file's field names (``fields``;
+    ValueError here if it has none) instead of lists.
     """
     return Dataset(
         path,
@@ -759,4 +796,5 @@ def open_dataset(
         cache_bytes=cache_bytes,
         max_frame_size=max_frame_size,
         max_record_bytes=max_record_bytes,
+        as_dict=as_dict,
     )

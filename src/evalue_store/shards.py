@@ -29,7 +29,7 @@ import json
 import os
 import tempfile
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Union
 
@@ -38,6 +38,7 @@ import numpy as np
 from . import indexing
 from .container import encode_footer
 from .errors import FormatError
+from .fields import FIELDS_KEY, Fields
 from .files import fsync_dir
 from .frames import DEFAULT_CACHE_BYTES, MAX_FRAME_SIZE
 from .indexing import Index
@@ -208,7 +209,8 @@ class ShardWriter:
     A new shard starts before a record once the current one holds ``max_records`` records
     or ``max_bytes`` bytes (data plus index; the footer adds ~100 bytes). The byte limit is
     soft, as in WebDataset: a shard ends after the record that reaches the limit, so it
-    exceeds ``max_bytes`` by less than one record. Each shard gets ``metadata``.
+    exceeds ``max_bytes`` by less than one record. Each shard gets ``metadata`` and, for dict
+    records, the same field names (``fields``, fixed by the first one, as for ``Writer``).
 
     ``close()`` (or leaving the ``with`` block normally) commits the last shard and writes the
     manifest atomically (default: the pattern's prefix + ".manifest.json"). Leaving the block
@@ -257,6 +259,7 @@ class ShardWriter:
         self.mode = "w" if overwrite else "x"
         self.shards: list[ShardInfo] = []
         self._writer: Writer | None = None
+        self._fields = Fields()  # the same field names in every shard
         self._count = 0
         self._closed = False
         self.salvage = None  # with resume: what reopening the last shard salvaged, if anything
@@ -280,6 +283,7 @@ class ShardWriter:
         )
         self.salvage = self._writer.salvage
         self._count = sum(s.records for s in self.shards) + len(self._writer)
+        self._fields = Fields(self._writer.fields, self._writer.fields is None and self._count > 0)
 
     def _full(self, writer: Writer) -> bool:
         n = len(writer)
@@ -289,23 +293,34 @@ class ShardWriter:
         size = writer.tell() + ENTRY_BYTES * n
         return self.max_bytes is not None and size >= self.max_bytes
 
-    def append(self, record: Sequence[Any]) -> int:
-        """Append one record; returns its global index across all shards."""
+    @property
+    def fields(self) -> tuple[str, ...] | None:
+        """The names of the record fields, fixed by the first dict record (as for Writer)."""
+        return self._fields.names
+
+    def append(self, record: Sequence[Any] | Mapping[str, Any]) -> int:
+        """Append one record (a list, or a dict naming its values as for ``Writer``);
+        returns its global index across all shards."""
         if self._closed:
             raise ValueError("ShardWriter is closed")
+        _, fixed = self._fields.values(record)  # the same names across shards
         if self._writer is not None and self._full(self._writer):
             self._finish_shard()
         if self._writer is None:
             path = self.pattern.format(len(self.shards))
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            metadata = self.metadata
+            if self._fields.names is not None:  # so that a shard of list records names them
+                metadata = {**(metadata or {}), FIELDS_KEY: list(self._fields.names)}
             self._writer = Writer(
                 path,
                 self.mode,
-                metadata=self.metadata,
+                metadata=metadata,
                 durable=self.durable,
                 **self.writer_options,
             )
         self._writer.append(record)
+        self._fields.accept(fixed)
         self._count += 1
         return self._count - 1
 
@@ -414,6 +429,7 @@ class ShardedDataset:
         cache_bytes: int = DEFAULT_CACHE_BYTES,
         max_frame_size: int = MAX_FRAME_SIZE,
         max_record_bytes: int | None = None,
+        as_dict: bool = False,
     ):
         if max_open < 1:
             raise ValueError("max_open must be at least 1")
@@ -428,6 +444,7 @@ class ShardedDataset:
             "cache_bytes": cache_bytes,
             "max_frame_size": max_frame_size,
             "max_record_bytes": max_record_bytes,
+            "as_dict": as_dict,
         }
         counts = np.array([s.records for s in self.shards], dtype=np.int64)
         self.counts = counts
@@ -484,6 +501,11 @@ class ShardedDataset:
     def metadata(self) -> dict:
         """The first shard's metadata (ShardWriter gives every shard the same)."""
         return self.shard(0).metadata if self.shards else {}
+
+    @property
+    def fields(self) -> tuple[str, ...] | None:
+        """The first shard's field names (ShardWriter gives every shard the same)."""
+        return self.shard(0).fields if self.shards else None
 
     # ------------------------------------------------------------------ records
 
@@ -578,6 +600,7 @@ def open_shards(
     cache_bytes: int = DEFAULT_CACHE_BYTES,
     max_frame_size: int = MAX_FRAME_SIZE,
     max_record_bytes: int | None = None,
+    as_dict: bool = False,
 ) -> ShardedDataset:
     """Open shards as one dataset. ``source`` is a container file, a manifest (``*.json``),
     a glob (sorted), a directory (its manifest.json, else its ``*.evs`` files by name), or a
@@ -586,7 +609,7 @@ def open_shards(
     With manifests, opening reads only the manifests: shards open on first use and are
     checked then. Without, each shard is opened once to count its records. ``validate``
     checks every shard now instead. ``backend``, ``verify``, ``cache_bytes``,
-    ``max_frame_size`` and ``max_record_bytes`` are as for ``evalue_store.open``.
+    ``max_frame_size``, ``max_record_bytes`` and ``as_dict`` are as for ``evalue_store.open``.
     """
     ds = ShardedDataset(
         resolve_shards(source),
@@ -596,6 +619,7 @@ def open_shards(
         cache_bytes=cache_bytes,
         max_frame_size=max_frame_size,
         max_record_bytes=max_record_bytes,
+        as_dict=as_dict,
     )
     if validate:
         ds.validate()

@@ -57,36 +57,49 @@ def as_torch(value: Any) -> Any:
     return value
 
 
-def _open(source: Source | ShardedDataset, backend: str, verify: bool) -> ShardedDataset:
+def _open(
+    source: Source | ShardedDataset, backend: str, verify: bool, as_dict: bool
+) -> ShardedDataset:
     if isinstance(source, ShardedDataset):
+        if as_dict != source.open_options.get("as_dict", False):
+            raise ValueError("pass as_dict to open_shards for a ShardedDataset source")
         return source
-    return open_shards(source, backend=backend, verify=verify)
+    return open_shards(source, backend=backend, verify=verify, as_dict=as_dict)
+
+
+def as_torch_record(record: list | dict) -> list | dict:
+    """A record (a list, or a dict from ``as_dict``) with its values through ``as_torch``."""
+    if isinstance(record, dict):
+        return {name: as_torch(v) for name, v in record.items()}
+    return [as_torch(v) for v in record]
 
 
 class EValueDataset(Dataset):
     """Map-style dataset over one or many container files (any ``open_shards`` source).
 
-    ``ds[i]`` is the record as a list, tensors as ``torch.Tensor``, then ``transform(record)``
-    if given. ``__getitems__`` lets DataLoader fetch a whole batch with one grouped read.
-    Pickling sends the shard table only; workers open the files themselves.
+    ``ds[i]`` is the record as a list (a dict by field names with ``as_dict=True``), tensors
+    as ``torch.Tensor``, then ``transform(record)`` if given. ``__getitems__`` lets
+    DataLoader fetch a whole batch with one grouped read. Pickling sends the shard table
+    only (with ``as_dict``); workers open the files themselves.
     """
 
     def __init__(
         self,
         source: Source | ShardedDataset,
-        transform: Callable[[list], Any] | None = None,
+        transform: Callable[[Any], Any] | None = None,
         *,
         backend: str = "mmap",
         verify: bool = True,
+        as_dict: bool = False,
     ):
-        self.data = _open(source, backend, verify)
+        self.data = _open(source, backend, verify, as_dict)
         self.transform = transform
 
     def __len__(self) -> int:
         return len(self.data)
 
-    def _sample(self, record: list) -> Any:
-        sample = [as_torch(v) for v in record]
+    def _sample(self, record: list | dict) -> Any:
+        sample = as_torch_record(record)
         return sample if self.transform is None else self.transform(sample)
 
     def __getitem__(self, index: Any) -> Any:
@@ -269,13 +282,14 @@ class ShardedIterableDataset(IterableDataset):
         world_size: int | None = None,
         batch_size: int = 1,
         even: bool = False,
-        transform: Callable[[list], Any] | None = None,
+        transform: Callable[[Any], Any] | None = None,
         backend: str = "mmap",
         verify: bool = True,
+        as_dict: bool = False,
     ):
         if batch_size < 1 or shuffle_buffer < 0:
             raise ValueError("batch_size must be positive and shuffle_buffer non-negative")
-        self.data = _open(source, backend, verify)
+        self.data = _open(source, backend, verify, as_dict)
         self.shuffle = shuffle
         self.seed = seed
         self.shuffle_buffer = shuffle_buffer
@@ -360,7 +374,7 @@ class ShardedIterableDataset(IterableDataset):
 
     def _fetch(self, indices: list[int], in_process: bool) -> Iterator[Any]:
         for record in self.data.get_many(indices) if indices else []:
-            sample = [as_torch(v) for v in record]
+            sample = as_torch_record(record)
             if in_process:
                 self._position += 1  # before the yield: the consumer has it once it resumes us
             yield sample if self.transform is None else self.transform(sample)
