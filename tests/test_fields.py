@@ -330,3 +330,20 @@ def test_cli_copy_compress_and_merge_keep_the_names(tmp_path):
     assert code == 0 and "name their fields differently" in text
     merged = evs.open(tmp_path / "ac.evs")
     assert merged.fields is None and merged.metadata == {"part": "a.evs"} and len(merged) == 6
+
+
+def test_a_file_with_unreadable_metadata_still_takes_list_records(tmp_path):
+    path = tmp_path / "bad.evs"
+    with evs.Writer(path, metadata={"k": "v" * 40}) as w:
+        w.append([1])
+    ds = evs.open(path)
+    at = ds.commit.metadata_offset
+    ds.close()
+    with open(path, "r+b") as f:  # the metadata block is no longer JSON
+        f.seek(at)
+        f.write(b"\xff")
+    with evs.Writer(path, "a") as w:
+        w.append([2])
+        with pytest.raises(evs.EncodeError, match="cannot be read"):
+            w.append({"a": 1})
+    assert [r[0] for r in evs.open(path, verify=False)] == [1, 2]

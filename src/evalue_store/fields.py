@@ -55,11 +55,17 @@ class Fields:
     """The field names of the records one writer (or ShardWriter) appends, and whether
     unnamed records were appended (after which a dict cannot name them)."""
 
-    __slots__ = ("names", "positional")
+    __slots__ = ("names", "positional", "why")
 
-    def __init__(self, names: tuple[str, ...] | None = None, positional: bool = False):
+    def __init__(
+        self, names: tuple[str, ...] | None = None, positional: bool = False, why: str = ""
+    ):
         self.names = names
         self.positional = positional
+        self.why = why or (
+            "a dict record after records without field names: this file's records "
+            "are positional (append lists, or write the dicts to a new file)"
+        )
 
     def values(self, record: Any) -> tuple[Any, tuple[str, ...] | None]:
         """(the record's values in stored order, names it would fix or None).
@@ -85,10 +91,7 @@ class Fields:
         names = self.names
         if names is None:
             if self.positional:
-                raise EncodeError(
-                    "a dict record after records without field names: this file's records "
-                    "are positional (append lists, or write the dicts to a new file)"
-                )
+                raise EncodeError(self.why)
             if not record:
                 raise EncodeError("a dict record needs at least one field")
             fixed = check_names(list(record.keys()))
@@ -151,8 +154,6 @@ class WriterFields:
             names = self._field_state().names
         except EncodeError:  # names given disagree with the file's: its own are kept
             names = self._file_names()
-        except FormatError:  # the file's metadata is unreadable: what was given is stored
-            names = None
         if names is None:
             return user
         doc = json.loads(user) if user else {}
@@ -177,8 +178,12 @@ class WriterFields:
     def _field_state(self) -> Fields:
         state = self.__dict__.get("_fields")
         if state is None:
-            names = self._file_names()
-            state = Fields(names, positional=names is None and len(self) > 0)  # type: ignore
+            try:
+                names, why = self._file_names(), ""
+            except FormatError as exc:  # lists can still be appended, by position
+                names, why = None, f"the file's field names cannot be read ({exc}): append lists"
+            positional = names is None and (len(self) > 0 or bool(why))  # type: ignore
+            state = Fields(names, positional, why)
             declared = self.__dict__.get("_declared_names")
             if declared is not None:
                 state.declare(declared)
