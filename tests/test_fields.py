@@ -347,3 +347,17 @@ def test_a_file_with_unreadable_metadata_still_takes_list_records(tmp_path):
         with pytest.raises(evs.EncodeError, match="cannot be read"):
             w.append({"a": 1})
     assert [r[0] for r in evs.open(path, verify=False)] == [1, 2]
+
+
+def test_as_dict_on_an_unnamed_file_raises_and_releases_it(tmp_path):
+    path = tmp_path / "p.evs"
+    with evs.Writer(path) as w:
+        w.append([1])
+    import os
+
+    before = len(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else None
+    for _ in range(20):
+        with pytest.raises(ValueError, match="field names"):
+            evs.open(path, as_dict=True)
+    if before is not None:
+        assert len(os.listdir("/proc/self/fd")) <= before + 1

@@ -164,7 +164,11 @@ class Dataset:
         self._source: Any = None
         self._load()
         if as_dict:
-            self._dict_names()  # an unnamed file is an error now, not at the first read
+            try:
+                self._dict_names()  # an unnamed file is an error now, not at the first read
+            except BaseException:
+                self.close()
+                raise
 
     # ------------------------------------------------------------------ opening
 
