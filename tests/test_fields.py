@@ -9,6 +9,7 @@ tuple or dict raises EncodeError and appends nothing.
 import collections
 import io
 import json
+import os
 import pickle
 from contextlib import redirect_stderr, redirect_stdout
 
@@ -353,8 +354,6 @@ def test_as_dict_on_an_unnamed_file_raises_and_releases_it(tmp_path):
     path = tmp_path / "p.evs"
     with evs.Writer(path) as w:
         w.append([1])
-    import os
-
     before = len(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else None
     for _ in range(20):
         with pytest.raises(ValueError, match="field names"):
