@@ -43,8 +43,10 @@ def one(i: int, n: int) -> int:
 def normalize(index: Any, n: int) -> Positions:
     """The records ``index`` names in a sequence of ``n``: an int for one record, else a
     ``range`` (a slice) or a 1-D int64 array of positions in [0, n), in the order named."""
-    if type(index) is int:  # the common case first
+    if type(index) is int:  # the common cases first
         return one(index, n)
+    if isinstance(index, np.integer):
+        return one(int(index), n)
     if isinstance(index, slice):
         try:
             return range(*index.indices(n))
