@@ -184,7 +184,7 @@ class ZstdSource:
         if buf is not None:
             self._cache.move_to_end(k)
             return buf
-        buf = self._decompress(k)
+        buf = self._decompress(k).toreadonly()  # later reads of the frame share it
         self._cache[k] = buf
         self._cached += buf.nbytes
         while self._cached > self.cache_bytes and len(self._cache) > 1:
@@ -247,7 +247,7 @@ class ZstdSource:
             else:
                 out[pos - offset : pos - offset + take] = self._frame(k)[pos - f_start :][:take]
             pos += take
-        return memoryview(out), 0
+        return memoryview(out).toreadonly(), 0  # read-only like the cached frames
 
     def read(self, offset: int, n: int) -> memoryview:
         buf, pos = self.frame(offset, n)
@@ -524,9 +524,11 @@ def train_dictionary(records: Any, size: int = 64 << 10, alignment: int = 64) ->
     hundred typical records recovers most of what whole-file compression would gain.
     """
     from .codec import encode_record
+    from .fields import Fields
 
     samples = []
-    for values in records:
+    for record in records:
+        values, _ = Fields().values(record)  # a dict record: its values, as a writer stores
         chunks, _, _ = encode_record(values, alignment)
         samples.append(b"".join(bytes(memoryview(c).cast("B")) for c in chunks))
     if len(samples) < 8:

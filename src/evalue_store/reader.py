@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import bisect
-import mmap
 import os
 import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
 
 import numpy as np
 
-from . import bounded
+from . import bounded, indexing
 from .bounded import SHADOWED
+from .buffers import close_map, map_file
 from .codec import compile_layout, decode_payload
 from .container import (
     ENTRY,
@@ -31,9 +31,10 @@ from .container import (
     parse_metadata,
 )
 from .errors import FormatError
+from .fields import stored_names, to_dict
 from .frames import DEFAULT_CACHE_BYTES, MAX_FRAME_SIZE, ZstdSource, is_compressed
+from .indexing import Index
 
-Index = Union[int, slice, Sequence[int], np.ndarray]
 MAX_LAYOUTS = 1024  # record structures remembered per reader (bounded: lengths may all differ)
 SCAN_CHUNK = 512  # index entries a scan decodes at a time
 OPEN_ATTEMPTS = 5  # opens retried while a writer changes the file's tail underneath
@@ -48,18 +49,20 @@ def aligned_buffer(size: int, alignment: int) -> np.ndarray:
 
 
 class _MmapSource:
-    """The file through a private copy-on-write mapping.
+    """The file through a private copy-on-write mapping, read through a read-only view.
 
-    ACCESS_COPY pages are writable (so torch.from_numpy takes views without a warning) but
-    writes stay private to this process and never reach the file.
+    Every array handed out is a read-only view of it (see ``buffers``): a write into one
+    would change later reads. The mapping is private (ACCESS_COPY) all the same, so that
+    a write forced through anyway (``torch.from_numpy`` of a view, which warns) changes
+    this process's pages, never the file, and does not crash the process.
     """
 
     def __init__(self, fd: int, size: int):
         self.size = size
-        self.map = mmap.mmap(fd, size, access=mmap.ACCESS_COPY)
+        self.map = map_file(fd, size)
         # Reads slice this one view: each np.frombuffer / slice of the mmap itself would
         # first make a memoryview of it (half the cost of a small tensor view).
-        self.view = memoryview(self.map)
+        self.view = memoryview(self.map).toreadonly()
 
     def read(self, offset: int, n: int) -> memoryview:
         return self.view[offset : offset + n]
@@ -71,9 +74,9 @@ class _MmapSource:
     def close(self) -> None:
         try:
             self.view.release()  # tensors hold views of their own
-            self.map.close()
         except BufferError:
-            pass  # views into it are still alive; the mapping goes when the last one does
+            return  # views into it are still alive; the mapping goes when the last one does
+        close_map(self.map)
 
 
 class _PreadSource:
@@ -85,15 +88,14 @@ class _PreadSource:
         self.alignment = alignment
 
     def read(self, offset: int, n: int) -> memoryview:
-        buf = aligned_buffer(n, self.alignment)
-        view = memoryview(buf)
+        view = memoryview(aligned_buffer(n, self.alignment))
         done = 0
         while done < n:
             got = os.preadv(self.fd, [view[done:]], offset + done)
             if got <= 0:
                 raise FormatError(f"file ends early: wanted {n} bytes", offset + done)
             done += got
-        return view
+        return view.toreadonly()  # arrays of it are read-only like a mapping's
 
     def frame(self, offset: int, n: int) -> tuple[Any, int]:
         return self.read(offset, n), 0
@@ -134,6 +136,7 @@ class Dataset:
         cache_bytes: int = DEFAULT_CACHE_BYTES,
         max_frame_size: int = MAX_FRAME_SIZE,
         max_record_bytes: int | None = None,
+        as_dict: bool = False,
     ):
         if backend not in ("mmap", "pread"):
             raise ValueError(f"backend must be 'mmap' or 'pread', not {backend!r}")
@@ -143,8 +146,15 @@ class Dataset:
         self.cache_bytes = cache_bytes
         self.max_frame_size = max_frame_size
         self.max_record_bytes = max_record_bytes
+        self.as_dict = as_dict
         self._source: Any = None
         self._load()
+        if as_dict:
+            try:
+                self._dict_names()  # an unnamed file is an error now, not at the first read
+            except BaseException:
+                self.close()
+                raise
 
     # ------------------------------------------------------------------ opening
 
@@ -236,6 +246,7 @@ class Dataset:
         self._metadata: dict | None = None
         self._layouts: dict[int, Any] = {}  # payload length -> Layout (or None: not compiled)
         self._lengths_seen: set[int] = set()
+        self._names: tuple[str, ...] | None = None  # field names, once as_dict needed them
 
     def _close_source(self) -> None:
         if self._source is not None:
@@ -277,6 +288,7 @@ class Dataset:
             "cache_bytes": self.cache_bytes,
             "max_frame_size": self.max_frame_size,
             "max_record_bytes": self.max_record_bytes,
+            "as_dict": self.as_dict,
         }
 
     def __setstate__(self, state: dict) -> None:
@@ -287,6 +299,7 @@ class Dataset:
         self.cache_bytes = state["cache_bytes"]
         self.max_frame_size = state["max_frame_size"]
         self.max_record_bytes = state["max_record_bytes"]
+        self.as_dict = state.get("as_dict", False)
         self._source = None
         self._closed_by_pickle = True
         self._len = None
@@ -310,6 +323,23 @@ class Dataset:
                 except FormatError as exc:
                     raise FormatError(exc.reason, exc.offset, self.path) from None
         return self._metadata
+
+    @property
+    def fields(self) -> tuple[str, ...] | None:
+        """The names of the record fields (``evalue_store.fields``), None if unnamed."""
+        return stored_names(self.metadata)
+
+    def _dict_names(self) -> tuple[str, ...]:
+        if self._names is None:
+            names = self.fields
+            if names is None:
+                raise ValueError(f"{self.path}: as_dict needs field names; its records have none")
+            self._names = names
+        return self._names
+
+    def _named(self, records: list[list]) -> list:
+        names = self._dict_names()
+        return [to_dict(r, names) for r in records]
 
     @property
     def logical_size(self) -> int:
@@ -372,13 +402,6 @@ class Dataset:
         raw = self._source.read(seg.offset, seg.count * ENTRY_SIZE)
         return np.frombuffer(raw, ENTRY_DTYPE, seg.count)
 
-    def _normalize(self, i: int) -> int:
-        n = self._len
-        j = i + n if i < 0 else i
-        if not 0 <= j < n:
-            raise IndexError(f"record {i} out of range for {n} records")
-        return j
-
     # ------------------------------------------------------------------ records
 
     def _record(self, i: int) -> list:
@@ -403,7 +426,7 @@ class Dataset:
         which decoding and re-encoding cannot always do.
         """
         self._ensure_open()
-        i = self._normalize(int(index))
+        i = indexing.scalar(index, self._len)
         offset, length, crc = self._entry(i)
         self._check_entry(i, offset, length)
         buf, pos = self._source.frame(offset, FRAME_SIZE + length)
@@ -464,21 +487,31 @@ class Dataset:
         self._layouts[length] = compile_layout(buf, pos, length, self.header.alignment)
 
     def __getitem__(self, index: Index) -> Any:
+        """One record for an integer; a list of records for a slice, an integer array or a
+        boolean mask (numpy's rules, see ``evalue_store.indexing``)."""
         self._ensure_open()
-        if isinstance(index, (int, np.integer)):
-            return self._record(self._normalize(int(index)))
-        if isinstance(index, slice):
-            return [self._record(i) for i in range(*index.indices(self._len))]
-        return self.get_many(index)
+        where = indexing.normalize(index, self._len)
+        if isinstance(where, int):
+            record = self._record(where)
+            return to_dict(record, self._dict_names()) if self.as_dict else record
+        if isinstance(where, range):
+            records = [self._record(i) for i in where]
+        else:
+            records = self._get_positions(where.tolist())
+        return self._named(records) if self.as_dict else records
 
     def get_many(self, indices: Sequence[int] | np.ndarray) -> list[list]:
-        """Records for a list of indices, in the order given.
+        """Records for a list of indices (or a boolean mask), in the order given.
 
         They are read in file order, so a compressed file decompresses each frame once
         per batch and a plain one reads forward.
         """
         self._ensure_open()
-        wanted = sorted((self._normalize(int(i)), k) for k, i in enumerate(indices))
+        records = self._get_positions(indexing.many(indices, self._len).tolist())
+        return self._named(records) if self.as_dict else records
+
+    def _get_positions(self, positions: list[int]) -> list[list]:
+        wanted = sorted(zip(positions, range(len(positions))))
         entries = [self._entry(i) for i, _ in wanted]  # all index lookups, then all records
         result: list = [None] * len(wanted)
         for (i, k), entry in zip(wanted, entries):
@@ -489,9 +522,13 @@ class Dataset:
         self._ensure_open()
         try:
             if isinstance(self._source, _MmapSource):
-                yield from self._scan_mapped()
+                records = self._scan_mapped()
             else:
-                yield from self._scan_by_chunks()
+                records = self._scan_by_chunks()
+            if self.as_dict:
+                names = self._dict_names()
+                records = (to_dict(r, names) for r in records)
+            yield from records
         except AttributeError:
             if self._source is None:  # closed during the scan: records handed out stay valid
                 raise ValueError(f"{self.path}: dataset is closed") from None
@@ -737,6 +774,7 @@ def open_dataset(
     cache_bytes: int = DEFAULT_CACHE_BYTES,
     max_frame_size: int = MAX_FRAME_SIZE,
     max_record_bytes: int | None = None,
+    as_dict: bool = False,
 ) -> Dataset:
     """Open a container for reading at its last commit.
 
@@ -752,6 +790,9 @@ def open_dataset(
     ``max_record_bytes`` makes reading a bigger record raise FormatError instead of mapping,
     or for a compressed file decompressing, that much (``verify()`` lists such records as
     bad records, with that reason).
+
+    ``as_dict``: records come back as dicts keyed by the file's field names (``fields``;
+    ValueError here if it has none) instead of lists.
     """
     return Dataset(
         path,
@@ -760,4 +801,5 @@ def open_dataset(
         cache_bytes=cache_bytes,
         max_frame_size=max_frame_size,
         max_record_bytes=max_record_bytes,
+        as_dict=as_dict,
     )

@@ -33,17 +33,20 @@ import re
 import stat
 import tempfile
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Union
 
 import numpy as np
 
+from . import indexing
 from .bounded import open_regular
 from .container import encode_footer
 from .errors import FormatError
+from .fields import FIELDS_KEY, Fields
 from .files import fsync_dir
 from .frames import DEFAULT_CACHE_BYTES, MAX_FRAME_SIZE
+from .indexing import Index
 from .reader import Dataset, open_dataset
 from .writer import Writer
 
@@ -240,7 +243,8 @@ class ShardWriter:
     A new shard starts before a record once the current one holds ``max_records`` records
     or ``max_bytes`` bytes (data plus index; the footer adds ~100 bytes). The byte limit is
     soft, as in WebDataset: a shard ends after the record that reaches the limit, so it
-    exceeds ``max_bytes`` by less than one record. Each shard gets ``metadata``.
+    exceeds ``max_bytes`` by less than one record. Each shard gets ``metadata`` and, for dict
+    records, the same field names (``fields``, fixed by the first one, as for ``Writer``).
 
     ``close()`` (or leaving the ``with`` block normally) commits the last shard and writes the
     manifest atomically (default: the pattern's prefix + ".manifest.json"). Leaving the block
@@ -289,6 +293,7 @@ class ShardWriter:
         self.mode = "w" if overwrite else "x"
         self.shards: list[ShardInfo] = []
         self._writer: Writer | None = None
+        self._fields = Fields()  # the same field names in every shard
         self._count = 0
         self._closed = False
         self.salvage = None  # with resume: what reopening the last shard salvaged, if anything
@@ -312,6 +317,7 @@ class ShardWriter:
         )
         self.salvage = self._writer.salvage
         self._count = sum(s.records for s in self.shards) + len(self._writer)
+        self._fields = Fields(self._writer.fields, self._writer.fields is None and self._count > 0)
 
     def _full(self, writer: Writer) -> bool:
         n = len(writer)
@@ -321,23 +327,34 @@ class ShardWriter:
         size = writer.tell() + ENTRY_BYTES * n
         return self.max_bytes is not None and size >= self.max_bytes
 
-    def append(self, record: Sequence[Any]) -> int:
-        """Append one record; returns its global index across all shards."""
+    @property
+    def fields(self) -> tuple[str, ...] | None:
+        """The names of the record fields, fixed by the first dict record (as for Writer)."""
+        return self._fields.names
+
+    def append(self, record: Sequence[Any] | Mapping[str, Any]) -> int:
+        """Append one record (a list, or a dict naming its values as for ``Writer``);
+        returns its global index across all shards."""
         if self._closed:
             raise ValueError("ShardWriter is closed")
+        _, fixed = self._fields.values(record)  # the same names across shards
         if self._writer is not None and self._full(self._writer):
             self._finish_shard()
         if self._writer is None:
             path = self.pattern.format(len(self.shards))
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            metadata = self.metadata
+            if self._fields.names is not None:  # so that a shard of list records names them
+                metadata = {**(metadata or {}), FIELDS_KEY: list(self._fields.names)}
             self._writer = Writer(
                 path,
                 self.mode,
-                metadata=self.metadata,
+                metadata=metadata,
                 durable=self.durable,
                 **self.writer_options,
             )
         self._writer.append(record)
+        self._fields.accept(fixed)
         self._count += 1
         return self._count - 1
 
@@ -450,6 +467,7 @@ class ShardedDataset:
         cache_bytes: int = DEFAULT_CACHE_BYTES,
         max_frame_size: int = MAX_FRAME_SIZE,
         max_record_bytes: int | None = None,
+        as_dict: bool = False,
     ):
         if max_open < 1:
             raise ValueError("max_open must be at least 1")
@@ -464,6 +482,7 @@ class ShardedDataset:
             "cache_bytes": cache_bytes,
             "max_frame_size": max_frame_size,
             "max_record_bytes": max_record_bytes,
+            "as_dict": as_dict,
         }
         counts = np.array([s.records for s in self.shards], dtype=np.int64)
         self.counts = counts
@@ -521,6 +540,11 @@ class ShardedDataset:
         """The first shard's metadata (ShardWriter gives every shard the same)."""
         return self.shard(0).metadata if self.shards else {}
 
+    @property
+    def fields(self) -> tuple[str, ...] | None:
+        """The first shard's field names (ShardWriter gives every shard the same)."""
+        return self.shard(0).fields if self.shards else None
+
     # ------------------------------------------------------------------ records
 
     def __len__(self) -> int:
@@ -528,29 +552,27 @@ class ShardedDataset:
 
     def locate(self, i: int) -> tuple[int, int]:
         """(shard, record within the shard) of global record ``i``."""
-        n = self._len
-        j = i + n if i < 0 else i
-        if not 0 <= j < n:
-            raise IndexError(f"record {i} out of range for {n} records")
+        j = indexing.scalar(i, self._len)
         k = bisect.bisect_right(self._ends, j)
         return k, j - int(self.offsets[k])
 
-    def __getitem__(self, index: int | slice | Sequence[int] | np.ndarray) -> Any:
-        if isinstance(index, (int, np.integer)):
-            k, j = self.locate(int(index))
+    def __getitem__(self, index: Index) -> Any:
+        """One record for an integer; a list of records for a slice, an integer array or a
+        boolean mask (numpy's rules, as for ``Dataset``)."""
+        where = indexing.normalize(index, self._len)
+        if isinstance(where, int):
+            k, j = self.locate(where)
             return self.shard(k)[j]
-        if isinstance(index, slice):
-            return self.get_many(np.arange(*index.indices(self._len)))
-        return self.get_many(index)
+        return self._get_positions(
+            np.arange(where.start, where.stop, where.step) if isinstance(where, range) else where
+        )
 
     def get_many(self, indices: Sequence[int] | np.ndarray) -> list[list]:
-        """Records for a list of global indices, in the order given; reads grouped by shard."""
-        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
-        n = self._len
-        bad = (idx < -n) | (idx >= n)
-        if bad.any():
-            raise IndexError(f"record {int(idx[bad][0])} out of range for {n} records")
-        idx = np.where(idx < 0, idx + n, idx)
+        """Records for a list of global indices (or a boolean mask), in the order given;
+        reads grouped by shard."""
+        return self._get_positions(indexing.many(indices, self._len))
+
+    def _get_positions(self, idx: np.ndarray) -> list[list]:
         shard_of = np.searchsorted(self.offsets, idx, side="right") - 1
         out: list[Any] = [None] * len(idx)
         order = np.argsort(shard_of, kind="stable")
@@ -616,6 +638,7 @@ def open_shards(
     cache_bytes: int = DEFAULT_CACHE_BYTES,
     max_frame_size: int = MAX_FRAME_SIZE,
     max_record_bytes: int | None = None,
+    as_dict: bool = False,
 ) -> ShardedDataset:
     """Open shards as one dataset. ``source`` is a container file, a manifest (``*.json``),
     a glob (sorted), a directory (its manifest.json, else its ``*.evs`` files by name), or a
@@ -624,7 +647,7 @@ def open_shards(
     With manifests, opening reads only the manifests: shards open on first use and are
     checked then. Without, each shard is opened once to count its records. ``validate``
     checks every shard now instead. ``backend``, ``verify``, ``cache_bytes``,
-    ``max_frame_size`` and ``max_record_bytes`` are as for ``evalue_store.open``.
+    ``max_frame_size``, ``max_record_bytes`` and ``as_dict`` are as for ``evalue_store.open``.
     """
     ds = ShardedDataset(
         resolve_shards(source),
@@ -634,6 +657,7 @@ def open_shards(
         cache_bytes=cache_bytes,
         max_frame_size=max_frame_size,
         max_record_bytes=max_record_bytes,
+        as_dict=as_dict,
     )
     if validate:
         ds.validate()

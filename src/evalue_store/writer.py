@@ -14,7 +14,7 @@ import time
 import warnings
 import weakref
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -47,6 +47,7 @@ from .container import (
     scan_frames,
 )
 from .errors import EncodeError, FormatError
+from .fields import WriterFields
 from .files import create_temp, fsync_dir, open_locked, replace_locked
 from .frames import (
     DEFAULT_CACHE_BYTES,
@@ -338,7 +339,7 @@ def _check_alignment(alignment: int) -> None:
         raise ValueError(f"alignment must be a power of two in [8, 65536], not {alignment}")
 
 
-class Writer:
+class Writer(WriterFields):
     """Appends records to a container file; ``commit()`` makes them durable and visible.
 
     ``mode``: "w" creates or truncates, "x" creates and fails if the file exists, "a" appends
@@ -529,10 +530,12 @@ class Writer:
             )
 
     @_serialized
-    def append(self, record: Sequence[Any]) -> int:
-        """Append one record (a list of values); returns its index. Visible after commit()."""
+    def append(self, record: Sequence[Any] | Mapping[str, Any]) -> int:
+        """Append one record: a list of values, or a dict naming them (``fields``; see
+        ``evalue_store.fields``); returns its index. Visible after commit()."""
         self._check_open()
-        chunks, length, crc = encode_record(record, self.alignment)
+        values, fixed = self._record_values(record)  # a dict's values by the file's names
+        chunks, length, crc = encode_record(values, self.alignment)
         sink = self._sink
         offset = sink.pos
         if offset & (self.alignment - 1):  # after a footer the file end may be unaligned
@@ -546,6 +549,7 @@ class Writer:
             raise
         pending = self._pending
         pending += ENTRY.pack(offset, length, crc, 0)
+        self._record_appended(fixed)
         return self._commit.record_count + len(pending) // ENTRY_SIZE - 1
 
     @_serialized
@@ -565,6 +569,7 @@ class Writer:
         else:
             _check_alignment(alignment)
             payload = memoryview(realign_payload(payload, alignment, self.alignment))
+        self._raw_value_count(struct.unpack_from("<I", payload)[0])  # as many as the names
         length = len(payload)
         sink = self._sink
         offset = self._align()
