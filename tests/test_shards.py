@@ -320,3 +320,43 @@ def test_resume_gives_a_shard_that_died_before_its_first_commit_the_metadata(tmp
     assert ids(ds) == [0, 1, 2, 3, 4]
     assert [ds.shard(k).metadata for k in range(3)] == [{"m": 1}] * 3
     ds.close()
+
+
+def test_max_bytes_counts_each_index_entry_at_its_real_size(tmp_path):
+    """A shard is full when its data plus the index entries its commit adds (24 bytes per
+    record, container.ENTRY_SIZE) reach max_bytes: exactly k records here, not k + 1."""
+    from evalue_store.container import ENTRY_SIZE
+
+    with evs.Writer(tmp_path / "probe.evs", durable=False) as probe:
+        probe.append(record(5))  # the first record may also move the start (padding)
+        first = probe.tell()
+        probe.append(record(5))
+        stride = probe.tell() - first
+        start = first - stride
+    k = 10
+    limit = start + k * stride + ENTRY_SIZE * k
+    with ShardWriter(tmp_path / "t-{:02d}.evs", max_bytes=limit, durable=False) as w:
+        for _ in range(25):
+            w.append(record(5))
+    assert [s.records for s in w.shards] == [k, k, 5]
+
+
+def test_directory_without_manifest_opens_compressed_and_mixed_shards(tmp_path):
+    zst = tmp_path / "zst"
+    zst.mkdir()
+    for k in range(2):
+        with evs.Writer(zst / f"part-{k}.evs.zst", compression="zstd", durable=False) as w:
+            w.extend([record(i) for i in range(3 * k, 3 * k + 3)])
+    assert ids(open_shards(zst)) == list(range(6))
+    assert ids(open_shards(f"{zst}/")) == list(range(6))
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    with evs.Writer(mixed / "a.evs", durable=False) as w:
+        w.extend([record(i) for i in range(2)])
+    with evs.Writer(mixed / "b.evs.zst", compression="zstd", durable=False) as w:
+        w.extend([record(i) for i in range(2, 5)])
+    (mixed / "notes.txt").write_text("not a shard")
+    ds = open_shards(mixed, validate=True)
+    assert ids(ds) == list(range(5)) and len(ds.shards) == 2
+    with pytest.raises(FileNotFoundError, match=r"\*\.evs\.zst"):
+        open_shards(tmp_path / "zst" / "..")  # a directory holding only directories

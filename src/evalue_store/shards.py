@@ -41,7 +41,7 @@ import numpy as np
 
 from . import indexing
 from .bounded import open_regular
-from .container import encode_footer
+from .container import ENTRY_SIZE, encode_footer
 from .errors import FormatError
 from .fields import FIELDS_KEY, Fields
 from .files import fsync_dir
@@ -54,7 +54,6 @@ MANIFEST_FORMAT = "evalue_store.shards"
 MANIFEST_VERSION = 1
 MANIFEST_SUFFIX = ".manifest.json"
 DIRECTORY_MANIFEST = "manifest.json"  # what open_shards(directory) prefers, and merge writes
-ENTRY_BYTES = 16  # one index entry per record, written at commit (docs/FORMAT.md)
 
 PathLike = Union[str, os.PathLike]
 Source = Union[PathLike, Sequence[PathLike]]
@@ -323,8 +322,8 @@ class ShardWriter:
         n = len(writer)
         if self.max_records is not None and n >= self.max_records:
             return True
-        # Writer has no public position yet: its sink's is the logical end, buffer included.
-        size = writer.tell() + ENTRY_BYTES * n
+        # tell() is the logical end, buffer included; each record adds an index entry at commit.
+        size = writer.tell() + ENTRY_SIZE * n
         return self.max_bytes is not None and size >= self.max_bytes
 
     @property
@@ -417,14 +416,21 @@ def _expand(source: Source) -> list[str]:
     return out
 
 
+SHARD_SUFFIXES = (".evs", ".evs.zst")  # what a directory without a manifest holds
+
+
 def _directory_members(directory: str) -> list[str]:
-    """A directory's manifest.json if present, else its *.evs files in name order."""
+    """A directory's manifest.json if present, else its *.evs and *.evs.zst files in name
+    order (plain and compressed shards mixed)."""
     manifest = os.path.join(directory, DIRECTORY_MANIFEST)
     if os.path.isfile(manifest):
         return [manifest]
-    files = sorted(glob.glob(os.path.join(glob.escape(directory), "*.evs")))
+    pattern = os.path.join(glob.escape(directory), "*")
+    files = sorted(path for path in glob.glob(pattern) if path.endswith(SHARD_SUFFIXES))
     if not files:
-        raise FileNotFoundError(f"{directory}: no {DIRECTORY_MANIFEST} and no *.evs files")
+        raise FileNotFoundError(
+            f"{directory}: no {DIRECTORY_MANIFEST} and no *.evs or *.evs.zst files"
+        )
     return files
 
 
@@ -641,8 +647,8 @@ def open_shards(
     as_dict: bool = False,
 ) -> ShardedDataset:
     """Open shards as one dataset. ``source`` is a container file, a manifest (``*.json``),
-    a glob (sorted), a directory (its manifest.json, else its ``*.evs`` files by name), or a
-    list of any of these, concatenated in order.
+    a glob (sorted), a directory (its manifest.json, else its ``*.evs`` and ``*.evs.zst``
+    files by name), or a list of any of these, concatenated in order.
 
     With manifests, opening reads only the manifests: shards open on first use and are
     checked then. Without, each shard is opened once to count its records. ``validate``
