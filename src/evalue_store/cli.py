@@ -36,7 +36,7 @@ from tqdm import tqdm
 import evalue_store as evs
 
 from . import java
-from .container import ENTRY_SIZE, FRAME_SIZE, MAGIC
+from .container import ENTRY_SIZE, FRAME_SIZE, MAGIC, valid_alignment
 from .dtypes import CODE_TO_NAME, dtype_code
 from .fields import FIELDS_KEY
 from .files import fsync_dir, lock, replace_locked
@@ -1792,9 +1792,7 @@ left-out one move up by one index.""",
 )
 def cmd_copy(args: argparse.Namespace) -> int:
     alignment = args.alignment
-    if alignment is not None and (
-        alignment < 8 or alignment > 65536 or alignment & (alignment - 1)
-    ):
+    if alignment is not None and not valid_alignment(alignment):
         raise CliError("--alignment", f"must be a power of two in [8, 65536], not {alignment}")
     refuse_overwrite(args.output, args.force)
     skipped: list[tuple[int, str]] = []

@@ -31,7 +31,8 @@ MAX_METADATA = 64 << 20
 
 # header: magic, major, minor, flags, alignment, header_length, file_id, created_ns, writer_len
 HEADER_FIXED = struct.Struct("<8sHHIII16sQH")
-HEADER_MIN = HEADER_FIXED.size + 4  # plus the crc32 after the writer info
+HEADER_CRC = struct.Struct("<I")  # crc32 of everything before it, after the writer info
+HEADER_MIN = HEADER_FIXED.size + HEADER_CRC.size
 
 # record frame header: magic, crc32 of payload, payload length
 FRAME = struct.Struct("<4sIQ")
@@ -49,8 +50,14 @@ FOOTER_MAGIC = b"EVSFOOT1"
 SEGMENT = struct.Struct("<QQII")  # offset, record count, crc32 of its entries, level
 TRAILER = struct.Struct("<QII8s")  # footer offset, footer length, crc32, end magic
 TRAILER_MAGIC = b"EVSEND01"
+TRAILER_UNCHECKED = struct.calcsize("<I8s")  # the trailer's crc32 and magic: not checksummed
 MAX_FOOTER = FOOTER_FIXED.size + MAX_SEGMENTS * SEGMENT.size + TRAILER.size
 SEARCH_CHUNK = 1 << 20  # bytes of tail read at a time by the backward search
+
+
+def valid_alignment(alignment: int) -> bool:
+    """The header's alignment rule: a power of two in [MIN_ALIGNMENT, MAX_ALIGNMENT]."""
+    return MIN_ALIGNMENT <= alignment <= MAX_ALIGNMENT and not alignment & (alignment - 1)
 
 
 def align_up(value: int, alignment: int) -> int:
@@ -69,16 +76,17 @@ class Header:
     writer: str
     minor: int
     data_start: int  # first block offset: header length rounded up to the alignment
+    length: int  # header_length: the fixed fields, the writer info and the crc32
 
 
 def encode_header(alignment: int, file_id: bytes, created_ns: int, writer: str) -> bytes:
     info = writer.encode("utf-8")[:MAX_WRITER_INFO]
-    length = HEADER_FIXED.size + len(info) + 4
+    length = HEADER_FIXED.size + len(info) + HEADER_CRC.size
     fixed = HEADER_FIXED.pack(
         MAGIC, VERSION_MAJOR, VERSION_MINOR, 0, alignment, length, file_id, created_ns, len(info)
     )
     body = fixed + info
-    body += struct.pack("<I", crc32(body))
+    body += HEADER_CRC.pack(crc32(body))
     return body + bytes(align_up(length, alignment) - length)
 
 
@@ -98,19 +106,20 @@ def parse_header(read: Callable[[int, int], bytes], size: int) -> Header:
         raise FormatError(f"unsupported format version {major}.{minor} (reader knows 1.x)", 8)
     if flags & ~KNOWN_FLAGS:
         raise FormatError(f"unknown header flags {flags:#x}", 12)
-    if alignment & (alignment - 1) or not MIN_ALIGNMENT <= alignment <= MAX_ALIGNMENT:
+    if not valid_alignment(alignment):
         raise FormatError(f"alignment {alignment} is not a power of two in [8, 65536]", 16)
-    if wlen > MAX_WRITER_INFO or length != HEADER_FIXED.size + wlen + 4:
+    if wlen > MAX_WRITER_INFO or length != HEADER_FIXED.size + wlen + HEADER_CRC.size:
         raise FormatError(f"header length {length} disagrees with writer info length {wlen}", 20)
     data_start = align_up(length, alignment)
     if size < data_start:
         raise FormatError(f"truncated header: needs {data_start} bytes, file has {size}", size)
     body = bytes(read(0, length))
-    (stored,) = struct.unpack_from("<I", body, length - 4)
-    if crc32(body[: length - 4]) != stored:
-        raise FormatError("header checksum mismatch", length - 4)
+    crc_at = length - HEADER_CRC.size
+    (stored,) = HEADER_CRC.unpack_from(body, crc_at)
+    if crc32(body[:crc_at]) != stored:
+        raise FormatError("header checksum mismatch", crc_at)
     writer = body[HEADER_FIXED.size : HEADER_FIXED.size + wlen].decode("utf-8", "replace")
-    return Header(alignment, file_id, created, writer, minor, data_start)
+    return Header(alignment, file_id, created, writer, minor, data_start, length)
 
 
 @dataclass(frozen=True)
@@ -155,8 +164,9 @@ def encode_footer(offset: int, file_id: bytes, commit: Commit) -> bytes:
     parts += [SEGMENT.pack(s.offset, s.count, s.crc, s.level) for s in commit.segments]
     body = b"".join(parts)
     length = len(body) + TRAILER.size
-    head = body + struct.pack("<QI", offset, length)
-    return head + struct.pack("<I", crc32(head)) + TRAILER_MAGIC
+    unsigned = TRAILER.pack(offset, length, 0, TRAILER_MAGIC)
+    crc = crc32(unsigned[: TRAILER.size - TRAILER_UNCHECKED], crc32(body))
+    return body + TRAILER.pack(offset, length, crc, TRAILER_MAGIC)
 
 
 def parse_metadata(raw: bytes, offset: int) -> dict:
@@ -216,10 +226,8 @@ def _footer_candidate(
     n_segments = (length - fixed_and_trailer) // SEGMENT.size
     if n_segments > MAX_SEGMENTS or fixed_and_trailer + n_segments * SEGMENT.size != length:
         return None
-    fixed = bytes(read(offset, FOOTER_FIXED.size))
-    if fixed[:8] != FOOTER_MAGIC or fixed[8:24] != header.file_id:
-        return None
-    if FOOTER_FIXED.unpack(fixed)[-1] != n_segments:
+    magic, file_id, *_, count = FOOTER_FIXED.unpack(bytes(read(offset, FOOTER_FIXED.size)))
+    if magic != FOOTER_MAGIC or file_id != header.file_id or count != n_segments:
         return None
     return offset, length, stored_crc
 
@@ -234,7 +242,7 @@ def _parse_footer(
 ) -> Commit | None:
     """The commit of a candidate footer, or None if its checksum does not match."""
     body = bytes(read(offset, length))
-    if crc32(body[: length - 12]) != stored_crc:
+    if crc32(body[: length - TRAILER_UNCHECKED]) != stored_crc:
         return None
     (_, _, number, count, prev, meta_off, meta_len, meta_crc, n) = FOOTER_FIXED.unpack_from(body)
     segments = tuple(

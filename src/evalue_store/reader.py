@@ -20,7 +20,6 @@ from .container import (
     ENTRY_DTYPE,
     ENTRY_SIZE,
     FRAME_SIZE,
-    HEADER_FIXED,
     Commit,
     Header,
     check_frame,
@@ -741,8 +740,7 @@ class Dataset:
     def _verify_padding(self, report: VerifyReport, commits: list[Commit]) -> None:
         """Every byte between blocks must be zero (docs/FORMAT.md section 1). No checksum
         covers these gaps and no read looks at them, so this is the only check they get."""
-        header_length = HEADER_FIXED.unpack(bytes(self._source.read(0, HEADER_FIXED.size)))[5]
-        blocks = [(0, header_length)]
+        blocks = [(0, self.header.length)]
         for commit in commits:
             blocks.append((commit.footer_offset, commit.end))
             blocks += [(offset, offset + n) for offset, n, _, _ in _checksummed_blocks(commit)]

@@ -30,9 +30,7 @@ from .container import (
     FRAME_MAGIC,
     FRAME_SIZE,
     MAGIC,
-    MAX_ALIGNMENT,
     MAX_METADATA,
-    MIN_ALIGNMENT,
     Commit,
     Header,
     Segment,
@@ -45,6 +43,7 @@ from .container import (
     new_file_id,
     parse_header,
     scan_frames,
+    valid_alignment,
 )
 from .errors import EncodeError, FormatError
 from .fields import WriterFields
@@ -335,7 +334,7 @@ def _decompress_tail_frame(source: ZstdSource, pos: int, n: int, cap: int) -> An
 
 
 def _check_alignment(alignment: int) -> None:
-    if alignment & (alignment - 1) or not MIN_ALIGNMENT <= alignment <= MAX_ALIGNMENT:
+    if not valid_alignment(alignment):
         raise ValueError(f"alignment must be a power of two in [8, 65536], not {alignment}")
 
 
