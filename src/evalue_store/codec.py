@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from .container import FRAME, FRAME_MAGIC, FRAME_SIZE
+from .container import FRAME, FRAME_CRC_AT, FRAME_MAGIC, FRAME_SIZE
 from .dtypes import CODE_TO_DTYPE, dtype_code
 from .errors import EncodeError, FormatError
 from .values import INT64_MAX, INT64_MIN, MAX_RANK, Kind, classify
@@ -30,6 +30,7 @@ _TAG_I64 = struct.Struct("<Bq")
 _TAG_F64 = struct.Struct("<Bd")
 _TAG_U64 = struct.Struct("<BQ")
 _STRING_HEAD = struct.Struct("<BBQ")  # tag, subtype, byte length
+_STRING_TAIL = struct.Struct("<BQ")  # the String header after its tag
 _TENSOR_HEAD = struct.Struct("<BBBB")  # tag, dtype code, rank, flags
 _TENSOR_TAIL = struct.Struct("<BBB")
 
@@ -39,6 +40,17 @@ TENSOR_DIM_ORDER = 1  # flag: a dim-order permutation follows the dims
 MAX_VALUES = 1 << 20  # values in one record; a header claiming more is hostile
 
 _LIST_ITEM = {Kind.LIST_BOOL: ("<u1", 1), Kind.LIST_INT: ("<i8", 8), Kind.LIST_DOUBLE: ("<f8", 8)}
+
+# The tag bytes as plain ints for the hot loops (looking up a Kind member costs ~10x more).
+_T_NONE, _T_TENSOR, _T_STRING, _T_DOUBLE, _T_INT, _T_BOOL = (
+    int(k) for k in (Kind.NONE, Kind.TENSOR, Kind.STRING, Kind.DOUBLE, Kind.INT, Kind.BOOL)
+)
+_T_SCALAR_LISTS = tuple(int(k) for k in _LIST_ITEM)
+_T_TENSOR_LISTS = (int(Kind.LIST_TENSOR), int(Kind.LIST_OPTIONAL_TENSOR))
+_IN_LIST_TENSOR = (_T_TENSOR,)  # the tags a ListTensor item may have
+_IN_LIST_OPTIONAL_TENSOR = (_T_NONE, _T_TENSOR)
+_NONE_VALUE = bytes((_T_NONE,))
+_BOOL_CODE = dtype_code(np.dtype("?"))  # ScalarType Bool: its bytes must be 0 or 1
 
 
 # ----------------------------------------------------------------------------- encoding
@@ -127,7 +139,7 @@ def _encode_value(out: _Builder, value: Any, kind: Kind | None = None) -> None:
     if kind is Kind.TENSOR:
         _encode_tensor(out, value)
     elif kind is Kind.INT:
-        out.cur += _TAG_I64.pack(4, value)
+        out.cur += _TAG_I64.pack(_T_INT, value)
     elif kind is Kind.STRING:
         if isinstance(value, str):
             try:
@@ -137,14 +149,14 @@ def _encode_value(out: _Builder, value: Any, kind: Kind | None = None) -> None:
             subtype = STRING_UTF8
         else:
             data, subtype = value, STRING_BYTES
-        out.cur += _STRING_HEAD.pack(2, subtype, len(data))
+        out.cur += _STRING_HEAD.pack(_T_STRING, subtype, len(data))
         out.cur += data
     elif kind is Kind.DOUBLE:
-        out.cur += _TAG_F64.pack(3, value)
+        out.cur += _TAG_F64.pack(_T_DOUBLE, value)
     elif kind is Kind.BOOL:
-        out.cur += _TAG_U8.pack(5, value)
+        out.cur += _TAG_U8.pack(_T_BOOL, value)
     elif kind is Kind.NONE:
-        out.cur += b"\x00"
+        out.cur += _NONE_VALUE
     elif kind in _LIST_ITEM:
         out.cur += _TAG_U64.pack(kind, len(value))
         out.cur += np.asarray(value, dtype=_LIST_ITEM[kind][0]).tobytes()
@@ -179,17 +191,19 @@ def encode_record(values: Sequence[Any], alignment: int) -> tuple[list[Any], int
             and value.dtype.byteorder != ">"
         ):
             rank = value.ndim
-            cur += _TENSOR_HEADS[rank].pack(1, dtype_code(value.dtype), rank, 0, *value.shape)
+            cur += _TENSOR_HEADS[rank].pack(
+                _T_TENSOR, dtype_code(value.dtype), rank, 0, *value.shape
+            )
             cur += _ZEROS[: -(base + len(cur)) & mask]
             cur.extend(value)
         elif cls is int and INT64_MIN <= value <= INT64_MAX:
-            cur += _TAG_I64.pack(4, value)
+            cur += _TAG_I64.pack(_T_INT, value)
         elif cls is str and value.isascii():  # ASCII always encodes
             data = value.encode()
-            cur += _STRING_HEAD.pack(2, STRING_UTF8, len(data))
+            cur += _STRING_HEAD.pack(_T_STRING, STRING_UTF8, len(data))
             cur += data
         elif cls is float:
-            cur += _TAG_F64.pack(3, value)
+            cur += _TAG_F64.pack(_T_DOUBLE, value)
         else:
             out = _Builder(alignment, chunks, cur, base)
             _encode_value(out, value)
@@ -242,33 +256,34 @@ class _Reader:
         tag = buf[at]
         if allowed is not None and tag not in allowed:
             raise FormatError(f"tag {tag} not allowed inside a list of tensors", at)
-        if tag == 1:
+        if tag == _T_TENSOR:
             return self.tensor(at)
-        if tag == 4:
+        if tag == _T_INT:
             return _I64.unpack_from(buf, self.need(8, "Int"))[0]
-        if tag == 2:
+        if tag == _T_STRING:
             return self.string(at)
-        if tag == 3:
+        if tag == _T_DOUBLE:
             return _F64.unpack_from(buf, self.need(8, "Double"))[0]
-        if tag == 5:
+        if tag == _T_BOOL:
             byte = buf[self.need(1, "Bool")]
             if byte > 1:
                 raise FormatError(f"Bool byte {byte} is neither 0 nor 1", self.pos - 1)
             return byte == 1
-        if tag == 0:
+        if tag == _T_NONE:
             return None
-        if tag in (6, 7, 8):
+        if tag in _T_SCALAR_LISTS:
             return self.scalar_list(Kind(tag))
-        if tag in (9, 11):
+        if tag in _T_TENSOR_LISTS:
             count = _U64.unpack_from(buf, self.need(8, "list length"))[0]
             if count > self.end - self.pos:  # every item takes at least one byte
                 raise FormatError(f"list claims {count} items, more than its bytes", at)
-            items = (1,) if tag == 9 else (0, 1)
+            items = _IN_LIST_TENSOR if tag == Kind.LIST_TENSOR else _IN_LIST_OPTIONAL_TENSOR
             return [self.value(items) for _ in range(count)]
         raise FormatError(f"unknown value tag {tag}", at)
 
     def string(self, at: int) -> Any:
-        subtype, length = struct.unpack_from("<BQ", self.buf, self.need(9, "String header"))
+        at_tail = self.need(_STRING_TAIL.size, "String header")
+        subtype, length = _STRING_TAIL.unpack_from(self.buf, at_tail)
         start = self.need(length, "String")
         raw = bytes(self.buf[start : start + length])
         if subtype == STRING_BYTES:
@@ -334,7 +349,7 @@ class _Reader:
             array = np.frombuffer(buf, dtype, nbytes // dtype.itemsize, data)
             if rank != 1:
                 array = array.reshape(shape)
-        if code == 11 and nbytes and array.view(np.uint8).max() > 1:
+        if code == _BOOL_CODE and nbytes and array.view(np.uint8).max() > 1:
             raise FormatError("bool tensor holds a byte other than 0 or 1", data)
         return array
 
@@ -346,6 +361,11 @@ def _region(buf: Any, offset: int, n: int) -> np.ndarray:
     of it lives; np.ndarray(buffer=buf) keeps only ``buf`` itself, which close() unmaps.
     """
     return np.frombuffer(buf, np.uint8, n, offset)
+
+
+def value_count(payload: Any) -> int:
+    """The value count a record payload starts with (the payload must hold its 4 bytes)."""
+    return _U32.unpack_from(payload)[0]
 
 
 def decode_payload(buf: Any, frame: int, length: int, alignment: int) -> list:
@@ -425,6 +445,7 @@ def realign_payload(payload: Any, source_alignment: int, alignment: int) -> byte
 # A record whose structural fields differ from the layout's is decoded by decode_payload.
 
 _NONE, _TENSOR, _TEXT, _BYTES, _SCALAR, _BOOL = range(6)
+_CRC_FIELD = 1  # the layout's fields start with FRAME's: magic, crc, length
 
 
 class Layout:
@@ -458,7 +479,7 @@ class Layout:
     def decode(self, buf: Any, frame: int, crc: int) -> list | None:
         """The record's values, or None when this record does not have this layout."""
         fields = self.unpack(buf, frame)
-        if fields[1] != crc or self.structure(fields) != self.expected:
+        if fields[_CRC_FIELD] != crc or self.structure(fields) != self.expected:
             return None
         values = []
         for kind, index, at, detail in self.builders:
@@ -506,7 +527,7 @@ class Layout:
 
         frames = column(np.uint8, 0, (self.size,), (1,))
         good = (frames[:, self.check_at] == self.check_bytes).all(axis=1)
-        good &= column("<u4", 4) == crcs
+        good &= column("<u4", FRAME_CRC_AT) == crcs
         columns: list[list] = []
         for kind, _, at, detail in self.builders:
             if kind == _TENSOR:
@@ -547,9 +568,10 @@ def compile_layout(buf: Any, frame: int, length: int, alignment: int) -> Layout 
 
     Returns None for structures not worth compiling (lists, bool tensors).
     """
-    fmt = ["<4sIQI"]  # frame magic, crc, length; value count
-    structural, expected, builders = [0, 2, 3], [FRAME_MAGIC, length], []
-    check_at = [*range(0, 4), *range(8, 20)]  # all of the frame header but its crc; the count
+    fmt = [FRAME.format + _U32.format[1:]]  # the frame header, then the value count
+    structural, expected, builders = [0, 2, 3], [FRAME_MAGIC, length], []  # all but the crc
+    crc_end = FRAME_CRC_AT + _U32.size
+    check_at = [*range(0, FRAME_CRC_AT), *range(crc_end, FRAME_SIZE + _U32.size)]
     n_fields = 4
     pos = frame + FRAME_SIZE
     count = _U32.unpack_from(buf, pos)[0]
@@ -571,9 +593,9 @@ def compile_layout(buf: Any, frame: int, length: int, alignment: int) -> Layout 
         tag = buf[pos]
         field("B", tag)
         pos += 1
-        if tag == 1:
+        if tag == _T_TENSOR:
             code, rank, flags = _TENSOR_TAIL.unpack_from(buf, pos)
-            if code == 11:
+            if code == _BOOL_CODE:
                 return None
             field("B", code)
             field("B", rank)
@@ -597,24 +619,24 @@ def compile_layout(buf: Any, frame: int, length: int, alignment: int) -> Layout 
             sample = np.ndarray(shape, dtype, buffer=buf, offset=data, strides=strides)
             detail = (dtype, shape, sample.strides, nbytes, None if order else sample.size)
             builders.append((_TENSOR, 0, data - frame, detail))
-        elif tag in (3, 4):
+        elif tag in (_T_DOUBLE, _T_INT):
             at = struct.calcsize("".join(fmt))
-            index = field("d" if tag == 3 else "q", None, False)
-            builders.append((_SCALAR, index, at, "<f8" if tag == 3 else "<i8"))
+            index = field("d" if tag == _T_DOUBLE else "q", None, False)
+            builders.append((_SCALAR, index, at, "<f8" if tag == _T_DOUBLE else "<i8"))
             pos += 8
-        elif tag == 2:
-            subtype, size = struct.unpack_from("<BQ", buf, pos)
+        elif tag == _T_STRING:
+            subtype, size = _STRING_TAIL.unpack_from(buf, pos)
             field("B", subtype)
             field("Q", size)
             kind = _TEXT if subtype == STRING_UTF8 else _BYTES
             at = struct.calcsize("".join(fmt))
             builders.append((kind, field(f"{size}s", None, False), at, size))
-            pos += 9 + size
-        elif tag == 5:
+            pos += _STRING_TAIL.size + size
+        elif tag == _T_BOOL:
             at = struct.calcsize("".join(fmt))
             builders.append((_BOOL, field("B", None, False), at, None))
             pos += 1
-        elif tag == 0:
+        elif tag == _T_NONE:
             builders.append((_NONE, 0, 0, None))
         else:
             return None

@@ -38,6 +38,7 @@ HEADER_MIN = HEADER_FIXED.size + HEADER_CRC.size
 FRAME = struct.Struct("<4sIQ")
 FRAME_MAGIC = b"EVR1"
 FRAME_SIZE = FRAME.size
+FRAME_CRC_AT = len(FRAME_MAGIC)  # byte offset of the crc32 in the frame header
 
 # index entry: record frame offset, payload length, payload crc32, reserved (0)
 ENTRY = struct.Struct("<QQII")

@@ -42,6 +42,8 @@ JAVA_DTYPES: dict[int, np.dtype] = {
 MAGIC = b"EVJ1"
 _RECORD_HEADER = struct.Struct(">4si")
 _I32 = struct.Struct(">i")
+_NONE_BYTES = bytes((Kind.NONE,))
+_BOOL_BYTES = (bytes((Kind.BOOL, 0)), bytes((Kind.BOOL, 1)))
 _MIN_ENTRY = 5  # a record entry is a 4-byte length plus an EValue of at least 1 byte
 
 
@@ -57,9 +59,9 @@ def dumps(value: Any) -> bytes:
     """
     kind, item = classify(value)
     if kind is Kind.NONE:
-        return b"\x00"
+        return _NONE_BYTES
     if kind is Kind.BOOL:
-        return b"\x05\x01" if item else b"\x05\x00"
+        return _BOOL_BYTES[item]
     if kind is Kind.INT:
         return struct.pack(">Bq", Kind.INT, item)
     if kind is Kind.DOUBLE:
