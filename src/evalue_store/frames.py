@@ -12,7 +12,6 @@ from __future__ import annotations
 import bisect
 import mmap
 import os
-import struct
 from collections import OrderedDict
 from typing import Any
 
@@ -26,12 +25,14 @@ from .seekable import (
     DEFAULT_MAX_FRAME_SIZE,
     EMPTY_CHECKSUM,
     MAX_FRAME_DECOMPRESSED_SIZE,
+    SKIPPABLE_HEADER,
     SeekTable,
     aligned_bytes,
     aligned_empty,
     decompress_frame,
     encode_seek_table,
     find_last_seek_table,
+    frame_checksum,
     new_compressor,
     new_decompressor,
     read_seek_table,
@@ -39,6 +40,7 @@ from .seekable import (
 
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 DICT_FRAME_MAGIC = 0x184D2A5D  # skippable frame holding our zstd dictionary (first frame)
+_DICT_MAGIC = SKIPPABLE_HEADER.pack(DICT_FRAME_MAGIC, 0)[:4]  # its magic's bytes
 DEFAULT_FRAME_SIZE = 4 << 10  # random reads decompress a frame: smaller is faster
 BIG_FRAME_SIZE = 1 << 20
 # The largest frame_size a Writer takes (frames this big already compress as well as any
@@ -51,26 +53,25 @@ MAX_DICT_SIZE = 1 << 20
 
 def is_compressed(prefix: bytes) -> bool:
     """True for a file that starts with a zstd frame or with our dictionary frame."""
-    return prefix[:4] == ZSTD_MAGIC or (
-        len(prefix) >= 4 and struct.unpack_from("<I", prefix)[0] == DICT_FRAME_MAGIC
-    )
+    return prefix[:4] == ZSTD_MAGIC or prefix[:4] == _DICT_MAGIC
 
 
 def dictionary_frame(dictionary: bytes) -> bytes:
     """The skippable frame that carries the dictionary at the start of the file."""
-    return struct.pack("<II", DICT_FRAME_MAGIC, len(dictionary)) + dictionary
+    return SKIPPABLE_HEADER.pack(DICT_FRAME_MAGIC, len(dictionary)) + dictionary
 
 
 def read_dictionary(src: Any, size: int) -> bytes | None:
     """The dictionary stored in the file's first frame, or None."""
-    if size < 8:
+    head = SKIPPABLE_HEADER.size
+    if size < head:
         return None
-    magic, length = struct.unpack("<II", bytes(src[:8]))
+    magic, length = SKIPPABLE_HEADER.unpack(bytes(src[:head]))
     if magic != DICT_FRAME_MAGIC:
         return None
-    if length > MAX_DICT_SIZE or 8 + length > size:
+    if length > MAX_DICT_SIZE or head + length > size:
         raise FormatError(f"dictionary frame claims {length} bytes", 4)
-    return bytes(src[8 : 8 + length])
+    return bytes(src[head : head + length])
 
 
 def table_from_lists(csizes: list, dsizes: list, checksums: list) -> SeekTable:
@@ -214,7 +215,7 @@ class ZstdSource:
             if params.content_size != size or not params.has_checksum:
                 raise zstandard.ZstdError("frame header disagrees with the seek table")
             sums = self._checksums  # None: a table without Checksum_Flag (valid, not ours)
-            if sums is not None and int.from_bytes(frame[-4:], "little") != sums[k]:
+            if sums is not None and frame_checksum(frame) != sums[k]:
                 raise zstandard.ZstdError("frame checksum disagrees with the seek table")
             data = self.dctx.decompress(frame)
         except zstandard.ZstdError as exc:
@@ -435,7 +436,7 @@ class ZstdSink:
 
     def _emit(self) -> None:
         frame = self.cctx.compress(self.pending)
-        (checksum,) = struct.unpack_from("<I", frame, len(frame) - 4)
+        checksum = frame_checksum(frame)
         pwrite_all(self.fd, memoryview(frame), self.physical)
         self.physical += len(frame)
         self.csizes.append(len(frame))
@@ -545,8 +546,8 @@ def train_dictionary(records: Any, size: int = 64 << 10, alignment: int = 64) ->
 def read_dictionary_file(path: str | os.PathLike) -> bytes | None:
     """The dictionary stored in a compressed container (for ``zstd -d -D``), or None."""
     with os.fdopen(open_regular(os.fspath(path)), "rb") as f:  # a FIFO would block
-        head = f.read(8)
-        if len(head) < 8 or struct.unpack_from("<I", head)[0] != DICT_FRAME_MAGIC:
+        head = f.read(SKIPPABLE_HEADER.size)
+        if not head.startswith(_DICT_MAGIC):
             return None
         size = os.fstat(f.fileno()).st_size
-        return read_dictionary(head + f.read(min(MAX_DICT_SIZE, size - 8)), size)
+        return read_dictionary(head + f.read(min(MAX_DICT_SIZE, size - len(head))), size)

@@ -25,7 +25,7 @@ import os
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import BinaryIO, NamedTuple, Union
+from typing import Any, BinaryIO, NamedTuple, Union
 
 import numpy as np
 import zstandard
@@ -71,10 +71,14 @@ SEEK_TABLE_SKIPPABLE_MAGIC = 0x184D2A5E
 """The one skippable magic the seekable format uses for its seek table."""
 SEEKABLE_MAGIC = 0x8F92EAB1
 """Seekable_Magic_Number: the last 4 bytes of every seekable file."""
-SKIPPABLE_HEADER_SIZE = 8
-"""Skippable frame header: 4-byte magic + 4-byte Frame_Size."""
-SEEK_TABLE_FOOTER_SIZE = 9
+SKIPPABLE_HEADER = struct.Struct("<II")
+"""Skippable frame header: 4-byte magic + 4-byte Frame_Size (User_Data follows)."""
+SKIPPABLE_HEADER_SIZE = SKIPPABLE_HEADER.size
+SEEK_TABLE_FOOTER = struct.Struct("<IBI")
 """Seek_Table_Footer: Number_Of_Frames (4) + Seek_Table_Descriptor (1) + magic (4)."""
+SEEK_TABLE_FOOTER_SIZE = SEEK_TABLE_FOOTER.size
+CONTENT_CHECKSUM = struct.Struct("<I")
+"""Content_Checksum: the last 4 bytes of a zstd frame that has one (low 32 bits of XXH64)."""
 CHECKSUM_FLAG = 0x80
 """Seek_Table_Descriptor bit 7: entries carry a 4-byte checksum."""
 RESERVED_BITS = 0x7C
@@ -107,6 +111,13 @@ DEFAULT_LEVEL = 3
 
 _SEARCH_CHUNK = 1 << 20
 _MAGIC_BYTES = struct.pack("<I", SEEKABLE_MAGIC)
+
+
+def frame_checksum(buf: Any, end: int | None = None) -> int:
+    """The Content_Checksum of the zstd frame that ends at ``buf[end]`` (default: at the end
+    of ``buf``); the caller knows the frame has one (Content_Checksum_Flag set)."""
+    at = (len(buf) if end is None else end) - CONTENT_CHECKSUM.size
+    return CONTENT_CHECKSUM.unpack_from(buf, at)[0]
 
 
 # --- compression ---------------------------------------------------------------------
@@ -174,8 +185,7 @@ def compress_frame(
     params = zstandard.get_frame_parameters(frame)
     if params.content_size != size or not params.has_checksum:
         raise ValueError("compressor must write content size and checksum (use new_compressor())")
-    (checksum,) = struct.unpack_from("<I", frame, len(frame) - 4)
-    return CompressedFrame(frame, size, checksum)
+    return CompressedFrame(frame, size, frame_checksum(frame))
 
 
 def encode_seek_table(compressed_sizes, decompressed_sizes, checksums) -> bytes:
@@ -207,9 +217,9 @@ def encode_seek_table(compressed_sizes, decompressed_sizes, checksums) -> bytes:
     frame_size = n * 12 + SEEK_TABLE_FOOTER_SIZE
     return b"".join(
         (
-            struct.pack("<II", SEEK_TABLE_SKIPPABLE_MAGIC, frame_size),
+            SKIPPABLE_HEADER.pack(SEEK_TABLE_SKIPPABLE_MAGIC, frame_size),
             entries.tobytes(),
-            struct.pack("<IBI", n, CHECKSUM_FLAG, SEEKABLE_MAGIC),
+            SEEK_TABLE_FOOTER.pack(n, CHECKSUM_FLAG, SEEKABLE_MAGIC),
         )
     )
 
@@ -344,7 +354,9 @@ def _parse_header_footer(src: Source, end: int) -> tuple[int, int, int]:
     if end < SKIPPABLE_HEADER_SIZE + SEEK_TABLE_FOOTER_SIZE:
         raise FormatError(f"{end} bytes cannot hold a seek table (needs 17)", 0)
     footer_at = end - SEEK_TABLE_FOOTER_SIZE
-    n, descriptor, magic = struct.unpack("<IBI", _read_at(src, footer_at, SEEK_TABLE_FOOTER_SIZE))
+    n, descriptor, magic = SEEK_TABLE_FOOTER.unpack(
+        _read_at(src, footer_at, SEEK_TABLE_FOOTER_SIZE)
+    )
     if magic != SEEKABLE_MAGIC:
         raise FormatError(f"no seekable magic at end (found {magic:#010x})", end - 4)
     if descriptor & RESERVED_BITS:
@@ -362,8 +374,8 @@ def _parse_header_footer(src: Source, end: int) -> tuple[int, int, int]:
             footer_at,
         )
     table_offset = end - table_size
-    skip_magic, frame_size = struct.unpack(
-        "<II", _read_at(src, table_offset, SKIPPABLE_HEADER_SIZE)
+    skip_magic, frame_size = SKIPPABLE_HEADER.unpack(
+        _read_at(src, table_offset, SKIPPABLE_HEADER_SIZE)
     )
     if skip_magic != SEEK_TABLE_SKIPPABLE_MAGIC:
         raise FormatError(
@@ -637,10 +649,10 @@ def decompress_frame(
         raise fail(str(e)) from None
     if not lo <= dsize <= hi:
         raise fail(f"blocks can produce {lo}..{hi} bytes, not the declared {dsize}")
-    (frame_checksum,) = struct.unpack_from("<I", frame, csize - 4)
-    if expected_checksum is not None and frame_checksum != expected_checksum:
+    stored = frame_checksum(frame, csize)
+    if expected_checksum is not None and stored != expected_checksum:
         raise fail(
-            f"content checksum {frame_checksum:#010x} differs from the seek table's "
+            f"content checksum {stored:#010x} differs from the seek table's "
             f"{expected_checksum:#010x}"
         )
 

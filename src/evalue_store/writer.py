@@ -8,7 +8,6 @@ import json
 import mmap
 import os
 import stat
-import struct
 import threading
 import time
 import warnings
@@ -21,7 +20,7 @@ from typing import Any
 import zstandard
 
 from . import __version__
-from .codec import check_payload, decode_payload, encode_record, realign_payload
+from .codec import check_payload, decode_payload, encode_record, realign_payload, value_count
 from .container import (
     DEFAULT_ALIGNMENT,
     ENTRY,
@@ -65,6 +64,7 @@ from .seekable import (
     EMPTY_CHECKSUM,
     decompress_frame,
     find_last_seek_table,
+    frame_checksum,
     frame_extent,
     new_decompressor,
 )
@@ -230,8 +230,7 @@ class _ZstdFile:
             data = _decompress_tail_frame(source, pos, n, min(MAX_FRAME_SIZE, room))
             if data is None:
                 break
-            (checksum,) = struct.unpack_from("<I", source.map, pos + n - 4)
-            frames.append((n, len(data), checksum, pos + n))
+            frames.append((n, len(data), frame_checksum(source.map, pos + n), pos + n))
             logical += data
             room -= len(data)
             pos += n
@@ -325,8 +324,7 @@ def _decompress_tail_frame(source: ZstdSource, pos: int, n: int, cap: int) -> An
         return None
     if declared > cap:  # frame_extent already refused an unknown content size
         return None
-    (checksum,) = struct.unpack_from("<I", frame, n - 4)
-    table = table_from_lists([n], [declared], [checksum])
+    table = table_from_lists([n], [declared], [frame_checksum(frame, n)])
     try:
         return memoryview(decompress_frame(frame, table, 0, dctx=source.dctx))
     except FormatError:
@@ -568,7 +566,7 @@ class Writer(WriterFields):
         else:
             _check_alignment(alignment)
             payload = memoryview(realign_payload(payload, alignment, self.alignment))
-        self._raw_value_count(struct.unpack_from("<I", payload)[0])  # as many as the names
+        self._raw_value_count(value_count(payload))  # as many as the names
         length = len(payload)
         sink = self._sink
         offset = self._align()
