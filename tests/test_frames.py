@@ -219,3 +219,35 @@ def test_killed_compressed_writers_lose_no_committed_record(tmp_path):
     path = str(tmp_path / "k.evs.zst")
     evs.Writer(path, compression="zstd", frame_size=4096).close()
     kill_trials(path, trials=30, seed=11)  # mode="a" keeps the file's compression
+
+
+def test_sink_read_decompresses_only_the_frames_it_needs(tmp_path, monkeypatch):
+    """ZstdSink.read (old index segments, at commit) must not rebuild the seek table of every
+    frame in the file per call: each decompression gets a table of the one frame it reads,
+    and the bytes come back right across frames, commits (their seek tables are empty
+    frames in the list) and frames written after earlier reads."""
+    path = tmp_path / "z.evs"
+    writer = evs.Writer(path, compression="zstd", frame_size=256, durable=False)
+    tables = []
+    real = frames.decompress_frame
+
+    def spy(src, table, *args, **kwargs):
+        tables.append(table.num_frames)
+        return real(src, table, *args, **kwargs)
+
+    monkeypatch.setattr(frames, "decompress_frame", spy)
+    sink = writer._sink
+    for commit in range(3):
+        for i in range(40):
+            writer.append([np.full(50, commit * 100 + i, np.int16), f"r{i}"])
+        writer.commit()
+        m = sink.pos // 1000
+        logical = b"".join(sink.read(1000 * j, 1000) for j in range(m))
+        assert len(sink.csizes) > 30 * (commit + 1)
+        assert logical == bytes(sink.read(0, 1000 * m))
+    assert tables and max(tables) == 1
+    writer.close()
+    monkeypatch.undo()
+    with evs.open(path) as ds:
+        assert bytes(ds._source.read(0, len(logical))) == logical  # what a reader sees
+        assert len(ds) == 120 and ds[119][1] == "r39"

@@ -406,6 +406,7 @@ class ZstdSink:
         self.pending = bytearray()  # logical bytes of the frame being built
         self.split = frame_size
         self.marker: tuple[int, bytes] | None = None  # as PlainSink.marker: the seek table
+        self._offsets: tuple[list[int], list[int]] = ([0], [0])  # frames' file, logical starts
 
     def write(self, data: Any, size: int) -> None:
         view = memoryview(data).cast("B")
@@ -480,16 +481,31 @@ class ZstdSink:
         return self.physical
 
     def read(self, offset: int, n: int) -> bytes:
-        """Logical bytes already in frames (the writer reads old index segments to merge)."""
+        """Logical bytes already in frames (the writer reads old index segments to merge).
+
+        Frame offsets are kept from call to call and extended by the frames written since
+        (frames are only ever appended), so a read costs the frames it decompresses."""
         self.flush()
-        table = table_from_lists(self.csizes, self.dsizes, self.checksums)
+        coff, doff = self._offsets
+        for k in range(len(coff) - 1, len(self.csizes)):
+            coff.append(coff[-1] + self.csizes[k])
+            doff.append(doff[-1] + self.dsizes[k])
         src = _FdSource(self.fd)
         out = bytearray()
-        offsets = table.decompressed_offsets
-        k = int(np.searchsorted(offsets, offset, side="right")) - 1
+        k = bisect.bisect_right(doff, offset) - 1
         while len(out) < n:
-            data = decompress_frame(src, table, k, dctx=self.dctx)
-            start = offset + len(out) - int(offsets[k])
+            # a one-frame table: decompress_frame checks frame k against these entries
+            table = SeekTable(
+                np.array(self.csizes[k : k + 1], np.int64),
+                np.array(self.dsizes[k : k + 1], np.int64),
+                np.array(self.checksums[k : k + 1], np.uint32),
+                np.array(coff[k : k + 2], np.int64),
+                np.array(doff[k : k + 2], np.int64),
+                coff[k + 1],
+                0,
+            )
+            data = decompress_frame(src, table, 0, dctx=self.dctx)
+            start = offset + len(out) - doff[k]
             out += data[start : start + n - len(out)].tobytes()
             k += 1
         return bytes(out)
