@@ -425,3 +425,20 @@ def test_a_scan_of_a_dataset_closed_midway_raises_value_error(tmp_path, options)
             next(it)
     assert [r[1] for r in kept] == list(range(700))
     assert kept[699][0].tolist() == list(range(699 % 7))
+
+
+@pytest.mark.parametrize("as_dict", [False, True])
+@pytest.mark.parametrize("options", [{}, {"backend": "pread"}, {"compression": "zstd"}])
+def test_the_next_record_after_close_raises_even_inside_a_decoded_run(tmp_path, options, as_dict):
+    """Closing is checked before each record, not detected by an AttributeError: records of
+    one layout are decoded a run at a time, and none of a run may come out after close()."""
+    path = tmp_path / "run.evs"
+    with evs.Writer(path, compression=options.get("compression")) as w:
+        w.extend({"x": np.arange(4) + i, "i": i} for i in range(50))
+    ds = evs.open(path, backend=options.get("backend", "mmap"), as_dict=as_dict)
+    it = iter(ds)
+    kept = [next(it) for _ in range(5)]
+    ds.close()
+    with pytest.raises(ValueError, match="dataset is closed"):
+        next(it)
+    assert (kept[4]["i"] if as_dict else kept[4][1]) == 4

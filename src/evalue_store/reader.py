@@ -519,19 +519,17 @@ class Dataset:
 
     def __iter__(self) -> Iterator[list]:
         self._ensure_open()
-        try:
-            if isinstance(self._source, _MmapSource):
-                records = self._scan_mapped()
-            else:
-                records = self._scan_by_chunks()
-            if self.as_dict:
-                names = self._dict_names()
-                records = (to_dict(r, names) for r in records)
-            yield from records
-        except AttributeError:
+        if isinstance(self._source, _MmapSource):
+            records = self._scan_mapped()
+        else:
+            records = self._scan_by_chunks()
+        if self.as_dict:
+            names = self._dict_names()
+            records = (to_dict(r, names) for r in records)
+        for record in records:
+            yield record
             if self._source is None:  # closed during the scan: records handed out stay valid
-                raise ValueError(f"{self.path}: dataset is closed") from None
-            raise
+                raise ValueError(f"{self.path}: dataset is closed")
 
     def _shadow_check(self, chunk: np.ndarray, reach: int) -> tuple[int, int]:
         """(records of ``chunk`` before the first that overlaps an earlier one, new reach)."""
