@@ -71,6 +71,8 @@ SEEK_TABLE_SKIPPABLE_MAGIC = 0x184D2A5E
 """The one skippable magic the seekable format uses for its seek table."""
 SEEKABLE_MAGIC = 0x8F92EAB1
 """Seekable_Magic_Number: the last 4 bytes of every seekable file."""
+MAGIC_NUMBER = struct.Struct("<I")
+"""Every frame, zstd or skippable, starts with a 4-byte little-endian magic number."""
 SKIPPABLE_HEADER = struct.Struct("<II")
 """Skippable frame header: 4-byte magic + 4-byte Frame_Size (User_Data follows)."""
 SKIPPABLE_HEADER_SIZE = SKIPPABLE_HEADER.size
@@ -110,7 +112,7 @@ an earlier seek table kept as a skippable frame."""
 DEFAULT_LEVEL = 3
 
 _SEARCH_CHUNK = 1 << 20
-_MAGIC_BYTES = struct.pack("<I", SEEKABLE_MAGIC)
+_MAGIC_BYTES = MAGIC_NUMBER.pack(SEEKABLE_MAGIC)
 
 
 def frame_checksum(buf: Any, end: int | None = None) -> int:
@@ -618,10 +620,10 @@ def decompress_frame(
             raise ValueError(f"out holds {target.nbytes} bytes, frame {k} needs {dsize}")
         target = target[:dsize]
     frame = _read_at(src, c0, csize)
-    (magic,) = struct.unpack_from("<I", frame, 0)
+    (magic,) = MAGIC_NUMBER.unpack_from(frame)
 
     if magic & 0xFFFFFFF0 == SKIPPABLE_MAGIC_MIN:
-        (user_size,) = struct.unpack_from("<I", frame, 4)
+        _, user_size = SKIPPABLE_HEADER.unpack_from(frame)
         if user_size + SKIPPABLE_HEADER_SIZE != csize:
             raise fail(f"skippable frame holds {user_size + 8} bytes, seek table says {csize}")
         if dsize != 0:
@@ -685,7 +687,7 @@ def frame_extent(src: Source, offset: int, end: int) -> int | None:
     if end - offset < MIN_ZSTD_FRAME_HEADER + 3:
         return None
     head = bytes(_read_at(src, offset, min(end - offset, 18)))
-    if struct.unpack_from("<I", head)[0] != ZSTD_FRAME_MAGIC:
+    if MAGIC_NUMBER.unpack_from(head)[0] != ZSTD_FRAME_MAGIC:
         return None
     try:
         params = zstandard.get_frame_parameters(head)
