@@ -15,31 +15,53 @@ from typing import Any
 
 import numpy as np
 
-from .container import FRAME, FRAME_CRC_AT, FRAME_MAGIC, FRAME_SIZE
+from .container import FRAME, FRAME_CRC_AT, FRAME_LENGTH_AT, FRAME_MAGIC, FRAME_SIZE
 from .dtypes import CODE_TO_DTYPE, dtype_code
 from .errors import EncodeError, FormatError
 from .values import INT64_MAX, INT64_MIN, MAX_RANK, Kind, classify
 
-_U8 = struct.Struct("<B")
-_U32 = struct.Struct("<I")
-_U64 = struct.Struct("<Q")
-_I64 = struct.Struct("<q")
-_F64 = struct.Struct("<d")
-_TAG_U8 = struct.Struct("<BB")
-_TAG_I64 = struct.Struct("<Bq")
-_TAG_F64 = struct.Struct("<Bd")
-_TAG_U64 = struct.Struct("<BQ")
-_STRING_HEAD = struct.Struct("<BBQ")  # tag, subtype, byte length
-_STRING_TAIL = struct.Struct("<BQ")  # the String header after its tag
-_TENSOR_HEAD = struct.Struct("<BBBB")  # tag, dtype code, rank, flags
-_TENSOR_TAIL = struct.Struct("<BBB")
+# ----------------------------------------------------------------------------- the grammar
+#
+# The record payload (docs/FORMAT.md section 3), declared once as struct codes: every struct
+# below, the generic decoder's sizes and compile_layout's field formats are built from these.
+# A payload is COUNT, then per value a TAG byte (a values.Kind) and that kind's fields:
+COUNT = "I"  # the number of values
+TAG = "B"
+SCALAR = {Kind.INT: "q", Kind.DOUBLE: "d", Kind.BOOL: "B"}  # the value itself (Bool: 0 or 1)
+STRING = "BQ"  # subtype (STRING_UTF8, STRING_BYTES), byte length; then the bytes
+TENSOR = "BBB"  # dtype code, rank, flags; then rank DIMs, the dim order (rank bytes) if
+DIM = "Q"  # flagged, zero padding to the alignment (counted from the frame start), the data
+LIST_LENGTH = "Q"  # then a scalar list's items packed as SCALAR, or a tensor list's values
+LIST_ITEM = {Kind.LIST_BOOL: Kind.BOOL, Kind.LIST_INT: Kind.INT, Kind.LIST_DOUBLE: Kind.DOUBLE}
 
 STRING_UTF8 = 0
 STRING_BYTES = 1
 TENSOR_DIM_ORDER = 1  # flag: a dim-order permutation follows the dims
 MAX_VALUES = 1 << 20  # values in one record; a header claiming more is hostile
 
-_LIST_ITEM = {Kind.LIST_BOOL: ("<u1", 1), Kind.LIST_INT: ("<i8", 8), Kind.LIST_DOUBLE: ("<f8", 8)}
+_U32 = struct.Struct("<" + COUNT)
+_U64 = struct.Struct("<" + LIST_LENGTH)
+_I64 = struct.Struct("<" + SCALAR[Kind.INT])
+_F64 = struct.Struct("<" + SCALAR[Kind.DOUBLE])
+_TAG_U8 = struct.Struct("<" + TAG + SCALAR[Kind.BOOL])
+_TAG_I64 = struct.Struct("<" + TAG + SCALAR[Kind.INT])
+_TAG_F64 = struct.Struct("<" + TAG + SCALAR[Kind.DOUBLE])
+_TAG_U64 = struct.Struct("<" + TAG + LIST_LENGTH)
+_STRING_HEAD = struct.Struct("<" + TAG + STRING)
+_STRING_TAIL = struct.Struct("<" + STRING)  # the String fields after its tag
+_TENSOR_HEAD = struct.Struct("<" + TAG + TENSOR)
+_TENSOR_TAIL = struct.Struct("<" + TENSOR)
+_TAG_SIZE = struct.calcsize(TAG)
+_SCALAR_SIZE = _I64.size  # Int and Double
+_BOOL_SIZE = struct.calcsize(SCALAR[Kind.BOOL])
+_DIM_SIZE = struct.calcsize("<" + DIM)
+
+# list kind -> (item dtype, item size)
+_LIST_ITEM = {
+    kind: (np.dtype("<" + SCALAR[item]), struct.calcsize("<" + SCALAR[item]))
+    for kind, item in LIST_ITEM.items()
+}
+assert _I64.size == _F64.size
 
 # The tag bytes as plain ints for the hot loops (looking up a Kind member costs ~10x more).
 _T_NONE, _T_TENSOR, _T_STRING, _T_DOUBLE, _T_INT, _T_BOOL = (
@@ -85,8 +107,8 @@ class _Builder:
             self.cur = bytearray()
 
 
-_DIMS = [struct.Struct(f"<{rank}Q") for rank in range(MAX_RANK + 1)]
-_TENSOR_HEADS = [struct.Struct(f"<BBBB{rank}Q") for rank in range(MAX_RANK + 1)]  # + dims
+_DIMS = [struct.Struct("<" + DIM * rank) for rank in range(MAX_RANK + 1)]
+_TENSOR_HEADS = [struct.Struct("<" + TAG + TENSOR + DIM * rank) for rank in range(MAX_RANK + 1)]
 _ZEROS = memoryview(bytes(1 << 16))  # padding source: alignment is at most 65536
 
 
@@ -252,20 +274,20 @@ class _Reader:
 
     def value(self, allowed: Any = None) -> Any:
         buf = self.buf
-        at = self.need(1, "value tag")
+        at = self.need(_TAG_SIZE, "value tag")
         tag = buf[at]
         if allowed is not None and tag not in allowed:
             raise FormatError(f"tag {tag} not allowed inside a list of tensors", at)
         if tag == _T_TENSOR:
             return self.tensor(at)
         if tag == _T_INT:
-            return _I64.unpack_from(buf, self.need(8, "Int"))[0]
+            return _I64.unpack_from(buf, self.need(_SCALAR_SIZE, "Int"))[0]
         if tag == _T_STRING:
             return self.string(at)
         if tag == _T_DOUBLE:
-            return _F64.unpack_from(buf, self.need(8, "Double"))[0]
+            return _F64.unpack_from(buf, self.need(_SCALAR_SIZE, "Double"))[0]
         if tag == _T_BOOL:
-            byte = buf[self.need(1, "Bool")]
+            byte = buf[self.need(_BOOL_SIZE, "Bool")]
             if byte > 1:
                 raise FormatError(f"Bool byte {byte} is neither 0 nor 1", self.pos - 1)
             return byte == 1
@@ -274,7 +296,7 @@ class _Reader:
         if tag in _T_SCALAR_LISTS:
             return self.scalar_list(Kind(tag))
         if tag in _T_TENSOR_LISTS:
-            count = _U64.unpack_from(buf, self.need(8, "list length"))[0]
+            count = _U64.unpack_from(buf, self.need(_U64.size, "list length"))[0]
             if count > self.end - self.pos:  # every item takes at least one byte
                 raise FormatError(f"list claims {count} items, more than its bytes", at)
             items = _IN_LIST_TENSOR if tag == Kind.LIST_TENSOR else _IN_LIST_OPTIONAL_TENSOR
@@ -296,10 +318,12 @@ class _Reader:
             raise FormatError(f"invalid UTF-8 in String: {exc.reason}", start + exc.start) from None
 
     def scalar_list(self, kind: Kind) -> list:
-        count = _U64.unpack_from(self.buf, self.need(8, "list length"))[0]
+        count = _U64.unpack_from(self.buf, self.need(_U64.size, "list length"))[0]
         item_dtype, itemsize = _LIST_ITEM[kind]
         if count > (self.end - self.pos) // itemsize:
-            raise FormatError(f"list claims {count} items, more than its bytes", self.pos - 8)
+            raise FormatError(
+                f"list claims {count} items, more than its bytes", self.pos - _U64.size
+            )
         start = self.need(count * itemsize, "list items")
         items = np.frombuffer(self.buf, item_dtype, count, start)
         if kind is Kind.LIST_BOOL:
@@ -310,7 +334,7 @@ class _Reader:
 
     def tensor(self, at: int) -> np.ndarray:
         buf, pos, end = self.buf, self.pos, self.end
-        if end - pos < 3:
+        if end - pos < _TENSOR_TAIL.size:
             raise FormatError("truncated Tensor header", pos)
         code, rank, flags = _TENSOR_TAIL.unpack_from(buf, pos)
         dtype = CODE_TO_DTYPE.get(code)
@@ -320,11 +344,11 @@ class _Reader:
             raise FormatError(f"tensor rank {rank} exceeds {MAX_RANK}", at + 2)
         if flags & ~TENSOR_DIM_ORDER:
             raise FormatError(f"unknown tensor flags {flags:#x}", at + 3)
-        pos += 3
-        if end - pos < 8 * rank + (rank if flags else 0):
+        pos += _TENSOR_TAIL.size
+        if end - pos < _DIM_SIZE * rank + (rank if flags else 0):
             raise FormatError("truncated Tensor dims", pos)
         shape = _DIMS[rank].unpack_from(buf, pos)
-        pos += 8 * rank
+        pos += _DIM_SIZE * rank
         order = None
         if flags:
             order = bytes(buf[pos : pos + rank])
@@ -380,7 +404,7 @@ def decode_payload(buf: Any, frame: int, length: int, alignment: int) -> list:
 
 def _decode(reader: _Reader) -> list:
     start, length = reader.pos, reader.end - reader.pos
-    count = _U32.unpack_from(reader.buf, reader.need(4, "value count"))[0]
+    count = _U32.unpack_from(reader.buf, reader.need(_U32.size, "value count"))[0]
     if count > length:
         raise FormatError(f"record claims {count} values in {length} bytes", start)
     values = [reader.value() for _ in range(count)]
@@ -409,8 +433,9 @@ class _SpanReader(_Reader):
 
     def tensor(self, at: int) -> np.ndarray:
         array = super().tensor(at)
-        rank, flags = self.buf[at + 2], self.buf[at + 3]
-        header_end = at + 4 + 8 * rank + (rank if flags & TENSOR_DIM_ORDER else 0)
+        _, _, rank, flags = _TENSOR_HEAD.unpack_from(self.buf, at)
+        dims_at = at + _TENSOR_HEAD.size
+        header_end = dims_at + _DIM_SIZE * rank + (rank if flags & TENSOR_DIM_ORDER else 0)
         data = self.pos - array.nbytes
         if bytes(self.buf[header_end:data]).count(0) != data - header_end:
             raise FormatError("non-zero bytes in the padding before tensor data", header_end)
@@ -566,50 +591,42 @@ def _utf8_or_none(data: bytes) -> str | None:
 def compile_layout(buf: Any, frame: int, length: int, alignment: int) -> Layout | None:
     """A Layout for the record at ``buf[frame]``, which decode_payload has accepted.
 
+    It walks the record by the grammar's struct codes (COUNT, TAG, SCALAR, STRING, TENSOR,
+    DIM); each field read becomes a field of the layout's struct, its bytes expected of
+    every record of this layout unless it is a value (a scalar, string bytes, tensor data).
     Returns None for structures not worth compiling (lists, bool tensors).
     """
-    fmt = [FRAME.format + _U32.format[1:]]  # the frame header, then the value count
-    structural, expected, builders = [0, 2, 3], [FRAME_MAGIC, length], []  # all but the crc
-    crc_end = FRAME_CRC_AT + _U32.size
-    check_at = [*range(0, FRAME_CRC_AT), *range(crc_end, FRAME_SIZE + _U32.size)]
-    n_fields = 4
+    fmt = [FRAME.format]  # the frame header: magic, crc, length
+    structural, expected = [0, 2], [FRAME_MAGIC, length]  # all of it but the crc
+    check_at = [*range(0, FRAME_CRC_AT), *range(FRAME_LENGTH_AT, FRAME_SIZE)]
+    builders: list = []
     pos = frame + FRAME_SIZE
-    count = _U32.unpack_from(buf, pos)[0]
-    expected.append(count)
-    pos += 4
+    n_fields = len(expected) + 1
 
-    def field(code: str, value: Any = None, is_structure: bool = True) -> int:
-        nonlocal n_fields
+    def field(code: str, is_structure: bool = True) -> tuple[int, int, Any]:
+        """Read the field at ``pos`` (one struct code); (its index, frame offset, value)."""
+        nonlocal n_fields, pos
+        at = pos - frame
+        (value,) = struct.unpack_from("<" + code, buf, pos)
+        size = struct.calcsize("<" + code)
         if is_structure:
-            at = struct.calcsize("".join(fmt))
-            check_at.extend(range(at, at + struct.calcsize("<" + code)))
+            check_at.extend(range(at, at + size))
             structural.append(n_fields)
             expected.append(value)
         fmt.append(code)
+        pos += size
         n_fields += 1
-        return n_fields - 1
+        return n_fields - 1, at, value
 
+    count = field(COUNT)[2]
     for _ in range(count):
-        tag = buf[pos]
-        field("B", tag)
-        pos += 1
+        tag = field(TAG)[2]
         if tag == _T_TENSOR:
-            code, rank, flags = _TENSOR_TAIL.unpack_from(buf, pos)
+            code, rank, flags = (field(c)[2] for c in TENSOR)
             if code == _BOOL_CODE:
                 return None
-            field("B", code)
-            field("B", rank)
-            field("B", flags)
-            pos += 3
-            shape = _DIMS[rank].unpack_from(buf, pos)
-            for dim in shape:
-                field("Q", dim)
-            pos += 8 * rank
-            order = None
-            if flags:
-                order = bytes(buf[pos : pos + rank])
-                field(f"{rank}s", order)
-                pos += rank
+            shape = tuple(field(DIM)[2] for _ in range(rank))
+            order = field(f"{rank}s")[2] if flags else None
             dtype = CODE_TO_DTYPE[code]
             data = frame + (pos - frame + alignment - 1) // alignment * alignment
             nbytes = dtype.itemsize * int(np.prod(shape, dtype=object))
@@ -619,23 +636,17 @@ def compile_layout(buf: Any, frame: int, length: int, alignment: int) -> Layout 
             sample = np.ndarray(shape, dtype, buffer=buf, offset=data, strides=strides)
             detail = (dtype, shape, sample.strides, nbytes, None if order else sample.size)
             builders.append((_TENSOR, 0, data - frame, detail))
-        elif tag in (_T_DOUBLE, _T_INT):
-            at = struct.calcsize("".join(fmt))
-            index = field("d" if tag == _T_DOUBLE else "q", None, False)
-            builders.append((_SCALAR, index, at, "<f8" if tag == _T_DOUBLE else "<i8"))
-            pos += 8
+        elif tag == _T_DOUBLE or tag == _T_INT:
+            code = SCALAR[Kind(tag)]
+            index, at, _ = field(code, False)
+            builders.append((_SCALAR, index, at, "<" + code))
         elif tag == _T_STRING:
-            subtype, size = _STRING_TAIL.unpack_from(buf, pos)
-            field("B", subtype)
-            field("Q", size)
-            kind = _TEXT if subtype == STRING_UTF8 else _BYTES
-            at = struct.calcsize("".join(fmt))
-            builders.append((kind, field(f"{size}s", None, False), at, size))
-            pos += _STRING_TAIL.size + size
+            subtype, size = (field(c)[2] for c in STRING)
+            index, at, _ = field(f"{size}s", False)
+            builders.append((_TEXT if subtype == STRING_UTF8 else _BYTES, index, at, size))
         elif tag == _T_BOOL:
-            at = struct.calcsize("".join(fmt))
-            builders.append((_BOOL, field("B", None, False), at, None))
-            pos += 1
+            index, at, _ = field(SCALAR[Kind.BOOL], False)
+            builders.append((_BOOL, index, at, None))
         elif tag == _T_NONE:
             builders.append((_NONE, 0, 0, None))
         else:

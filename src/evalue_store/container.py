@@ -38,7 +38,8 @@ HEADER_MIN = HEADER_FIXED.size + HEADER_CRC.size
 FRAME = struct.Struct("<4sIQ")
 FRAME_MAGIC = b"EVR1"
 FRAME_SIZE = FRAME.size
-FRAME_CRC_AT = len(FRAME_MAGIC)  # byte offset of the crc32 in the frame header
+FRAME_CRC_AT = len(FRAME_MAGIC)  # byte offsets of the crc32 and the length in the frame header
+FRAME_LENGTH_AT = struct.calcsize("<4sI")
 
 # index entry: record frame offset, payload length, payload crc32, reserved (0)
 ENTRY = struct.Struct("<QQII")
