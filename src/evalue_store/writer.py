@@ -37,7 +37,7 @@ from .container import (
     encode_header,
     new_file_id,
 )
-from .errors import EncodeError, FormatError
+from .errors import ClosedError, EncodeError, FormatError
 from .fields import WriterFields
 from .files import create_temp, fsync_dir, open_locked, replace_locked
 from .physical import Restart, new_sink, open_for_append
@@ -242,11 +242,11 @@ class Writer(WriterFields):
 
     def _check_open(self) -> None:
         if self._fd < 0:
-            raise ValueError(f"{self.path}: writer is closed")
+            raise ClosedError(f"{self.path}: writer is closed")
         if self._inflight is not None and not self._foreign:
             self._settle_inflight()
         if self._failed:
-            raise ValueError(f"{self.path}: {self._failed}")
+            raise ClosedError(f"{self.path}: {self._failed}")
 
     def _undo_record(self, offset: int, error: BaseException) -> None:
         """After a record's write failed part way (disk full, an interrupt): forget its bytes
@@ -491,7 +491,7 @@ class Writer(WriterFields):
         if self._failed:
             reason = self._failed
             self.abort()
-            raise ValueError(f"{self.path}: {reason}")
+            raise ClosedError(f"{self.path}: {reason}")
         try:
             self.commit()
         finally:
