@@ -35,13 +35,13 @@ from tqdm import tqdm
 
 import evalue_store as evs
 
-from . import java
-from .container import ENTRY_SIZE, FRAME_SIZE, MAGIC
-from .dtypes import CODE_TO_NAME, dtype_code
-from .fields import FIELDS_KEY
-from .files import fsync_dir, lock, replace_locked
-from .frames import MAX_FRAME_SIZE, is_compressed
-from .writer import MIN_FRAME_SIZE
+from .. import java
+from ..container import ENTRY_SIZE, FRAME_SIZE, MAGIC
+from ..dtypes import CODE_TO_NAME, dtype_code
+from ..fields import FIELDS_KEY
+from ..files import fsync_dir, lock, replace_locked
+from ..frames import MAX_FRAME_SIZE, is_compressed
+from ..writer import MIN_FRAME_SIZE
 
 PROG = "evalue-store"
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
