@@ -152,7 +152,7 @@ def test_copy_keeps_compression_and_dictionary_and_can_realign(packed, tmp_path)
 
 
 def test_every_command_has_help_with_an_example(capsys):
-    names = [c.name for c in cli.COMMANDS]
+    names = [c.name for c in cli.registry.COMMANDS]
     assert {"demo", "info", "head", "show", "stats", "verify", "recover", "pack", "export"} <= set(
         names
     ) and "merge" in names
@@ -823,7 +823,7 @@ def test_a_writer_that_starts_during_a_run_is_not_replaced_either(tmp_path):
     with evs.Writer(out) as w:
         w.append(["old"])
     with pytest.raises(cli.CliError, match="a running writer has this file open"):
-        with cli.output_writer(str(out), append=False, force=True, metadata=None) as writer:
+        with cli.output.output_writer(str(out), append=False, force=True, metadata=None) as writer:
             writer.append(["new"])
             late = evs.Writer(out, "a")
     late.append(["late"])

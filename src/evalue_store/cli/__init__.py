@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import errno
 import glob
 import html
 import itertools
@@ -18,17 +17,15 @@ import json
 import math
 import os
 import re
-import secrets
 import signal
 import sys
 import tempfile
 import threading
 import zipfile
 from collections import Counter
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, suppress
-from dataclasses import dataclass
-from typing import Any, BinaryIO, Callable
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, Callable
 
 import numpy as np
 from tqdm import tqdm
@@ -36,97 +33,54 @@ from tqdm import tqdm
 import evalue_store as evs
 
 from .. import java
-from ..container import ENTRY_SIZE, FRAME_SIZE, MAGIC
-from ..dtypes import CODE_TO_NAME, dtype_code
+from ..container import ENTRY_SIZE, FRAME_SIZE
 from ..fields import FIELDS_KEY
-from ..files import fsync_dir, lock, replace_locked
-from ..frames import MAX_FRAME_SIZE, is_compressed
+from ..files import fsync_dir
+from ..frames import MAX_FRAME_SIZE
 from ..writer import MIN_FRAME_SIZE
+from .output import (
+    check_output,
+    new_file,
+    output_writer,
+    refuse_container,
+    refuse_overwrite,
+    replacing,
+)
+from .registry import (
+    at_least_one,
+    build_parser,
+    command,
+    file_arg,
+    int_range,
+    json_arg,
+    json_object,
+)
+from .render import (
+    EXIT_OK,
+    EXIT_PROBLEMS,
+    PROG,
+    CliError,
+    as_numbers,
+    bin_label,
+    dtype_name,
+    error_line,
+    field_label,
+    field_names,
+    kind_name,
+    note,
+    num,
+    open_dataset,
+    plural,
+    progress,
+    sample_indices,
+    shape_text,
+    without_index,
+)
 
-PROG = "evalue-store"
-EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
+__all__ = ["CliError", "Terminated", "main"]
 
-
-class CliError(Exception):
-    """A problem to report as one line, ``evalue-store: WHERE: MESSAGE``, with an exit code."""
-
-    def __init__(self, where: str | None, message: str, code: int = EXIT_USAGE):
-        super().__init__(message)
-        self.where = where
-        self.message = message
-        self.code = code
-
-
-# ------------------------------------------------------------------------------- registry
-
-
-@dataclass(frozen=True)
-class Command:
-    """One subcommand: how it parses its arguments and what it runs."""
-
-    name: str
-    summary: str
-    example: str
-    arguments: Callable[[argparse.ArgumentParser], None]
-    run: Callable[[argparse.Namespace], int]
-    notes: str = ""
-
-
-COMMANDS: list[Command] = []
-
-
-def command(
-    name: str,
-    summary: str,
-    example: str,
-    arguments: Callable[[argparse.ArgumentParser], None],
-    notes: str = "",
-) -> Callable[[Callable[[argparse.Namespace], int]], Callable[[argparse.Namespace], int]]:
-    """Register ``run(args) -> exit code`` as subcommand ``name``.
-
-    ``example`` and ``notes`` go in the command's --help epilog.
-    """
-
-    def register(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-        COMMANDS.append(Command(name, summary, example, arguments, run, notes))
-        return run
-
-    return register
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        """One line instead of argparse's usage dump, as for every other error."""
-        where = self.prog[len(PROG) :].strip()
-        where = f"{where}: " if where else ""
-        self.exit(EXIT_USAGE, f"{PROG}: {where}{message} (see {self.prog} --help)\n")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
-        prog=PROG,
-        description="Pack, inspect, check, recover and export evalue_store containers.",
-        epilog="exit codes: 0 ok, 1 verification or data problems found, "
-        "2 usage error or unreadable input\n\nexample:\n  evalue-store demo",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {evs.__version__}")
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("-q", "--quiet", action="store_true", help="no progress bars or notes")
-    common.add_argument("--debug", action="store_true", help="show tracebacks on errors")
-    subparsers = parser.add_subparsers(title="commands", metavar="COMMAND")
-    for cmd in COMMANDS:
-        sub = subparsers.add_parser(
-            cmd.name,
-            help=cmd.summary,
-            description=cmd.summary,
-            epilog=(cmd.notes + "\n\n" if cmd.notes else "") + f"example:\n  {cmd.example}",
-            parents=[common],
-            formatter_class=argparse.RawDescriptionHelpFormatter,
-        )
-        cmd.arguments(sub)
-        sub.set_defaults(run=cmd.run, parser=sub)
-    return parser
+# The command groups, in the order `evalue-store --help` lists them.
+GROUPS = (sys.modules[__name__],)
 
 
 class Terminated(KeyboardInterrupt):
@@ -167,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_command(argv: list[str] | None) -> int:
-    parser = build_parser()
+    parser = build_parser(GROUPS)
     args, extra = parser.parse_known_args(argv)
     if extra:  # reported by the command's parser, which names its own --help
         getattr(args, "parser", parser).error(f"unrecognized arguments: {' '.join(extra)}")
@@ -181,97 +135,11 @@ def run_command(argv: list[str] | None) -> int:
     except Exception as exc:
         if args.debug:
             raise
-        code, line = _error_line(exc, getattr(args, "file", None))
+        code, line = error_line(exc, getattr(args, "file", None))
         print(f"{PROG}: {line}", file=sys.stderr)
         return code
 
 
-def _error_line(exc: Exception, file: str | None) -> tuple[int, str]:
-    """Exit code and ``WHERE: problem`` text for an exception, without a traceback."""
-    if isinstance(exc, CliError):
-        return exc.code, f"{exc.where}: {exc.message}" if exc.where else exc.message
-    if isinstance(exc, evs.FormatError):
-        where = exc.path or file
-        at = "" if exc.offset is None else f" (at byte {exc.offset})"
-        return EXIT_PROBLEMS, f"{where}: {exc.reason}{at}" if where else f"{exc.reason}{at}"
-    if isinstance(exc, OSError) and exc.strerror:
-        where = exc.filename if exc.filename is not None else file
-        return EXIT_USAGE, f"{where}: {exc.strerror}" if where else exc.strerror
-    if isinstance(exc, evs.WriterLockedError):
-        return EXIT_USAGE, f"{exc} (wait until it exits)"
-    if isinstance(exc, (evs.EncodeError, ValueError)):
-        return EXIT_USAGE, f"{file}: {exc}" if file else str(exc)
-    return EXIT_USAGE, f"internal error {type(exc).__name__}: {exc} (--debug shows where)"
-
-
-# ------------------------------------------------------------------------------- helpers
-
-
-def progress(args: argparse.Namespace, total: int, desc: str, unit: str) -> tqdm:
-    """A tqdm bar on stderr, shown only when stderr is a terminal and not --quiet."""
-    show = not args.quiet and sys.stderr.isatty()
-    return tqdm(
-        total=total, desc=desc, unit=unit, disable=not show, leave=False, dynamic_ncols=True
-    )
-
-
-def note(args: argparse.Namespace, text: str) -> None:
-    """A remark for the person at the terminal (stderr, silenced by --quiet)."""
-    if not args.quiet:
-        print(text, file=sys.stderr)
-
-
-def without_index(reason: str, index: int) -> str:
-    """A reason without the ``record N:`` prefix the reader adds (the caller names N)."""
-    prefix = f"record {index}: "
-    return reason[len(prefix) :] if reason.startswith(prefix) else reason
-
-
-def plural(n: int, word: str) -> str:
-    return f"{n:,} {word}{'' if n == 1 else 's'}"
-
-
-def open_dataset(path: str) -> evs.Dataset:
-    """Open a container; a file that cannot be read at all is an input error (exit 2)."""
-    try:
-        return evs.open(path)
-    except evs.FormatError as exc:
-        at = "" if exc.offset is None else f" (at byte {exc.offset})"
-        raise CliError(path, f"{exc.reason}{at}") from None
-    except IsADirectoryError:
-        raise CliError(path, "is a directory, not an evalue_store file") from None
-
-
-def json_object(text: str) -> dict:
-    """argparse type for --metadata: a JSON object."""
-    try:
-        value = json.loads(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError('must be a JSON object, like \'{"name": "w1"}\'')
-    return value
-
-
-def int_range(low: int, high: int | None = None) -> Callable[[str], int]:
-    """argparse type: an integer in [low, high], checked before any work (out of range, it
-    would surface later as an error blamed on the input file, or as a silent no-op)."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-        if high is None and value < low:
-            raise argparse.ArgumentTypeError(f"must be at least {low}, not {value}")
-        if high is not None and not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"must be from {low} to {high}, not {value}")
-        return value
-
-    return parse
-
-
-at_least_one = int_range(1)
 ZSTD_LEVELS = (-(1 << 17), 22)  # zstd's negative "fast" levels, then 1 (fast) to 22 (small)
 
 
@@ -292,60 +160,6 @@ def human_bytes(n: int) -> str:
     return f"{n:,} B ({size:.1f} {unit})"
 
 
-def num(x: Any) -> str:
-    """A number for people: thousands separators for ints, 4 significant digits for floats."""
-    if x is None:
-        return "-"
-    if isinstance(x, (int, np.integer)) or (
-        isinstance(x, float) and x.is_integer() and abs(x) < 1e15
-    ):
-        return f"{int(x):,}"
-    if 1e4 <= abs(x) < 1e15:
-        return f"{x:,.1f}"
-    return f"{x:.4g}"
-
-
-def dtype_name(array: np.ndarray) -> str:
-    """The ExecuTorch name of an array's dtype (``bfloat16`` for evs.BFLOAT16)."""
-    return CODE_TO_NAME[dtype_code(array.dtype)]
-
-
-def shape_text(shape: tuple[int, ...]) -> str:
-    return "[" + ", ".join(str(d) for d in shape) + "]"
-
-
-def kind_name(value: Any) -> str:
-    """The EValue kind a decoded value came from.
-
-    Decoding cannot tell an empty list's kind, nor a ListOptionalTensor without a None
-    from a ListTensor; those show as ``List(empty)`` and ``ListTensor``.
-    """
-    if value is None:
-        return "None"
-    if isinstance(value, np.ndarray):
-        return "Tensor"
-    if isinstance(value, bool):
-        return "Bool"
-    if isinstance(value, int):
-        return "Int"
-    if isinstance(value, float):
-        return "Double"
-    if isinstance(value, str):
-        return "String"
-    if isinstance(value, bytes):
-        return "Bytes"
-    if not value:
-        return "List(empty)"
-    first = value[0]
-    if isinstance(first, bool):
-        return "ListBool"
-    if isinstance(first, int):
-        return "ListInt"
-    if isinstance(first, float):
-        return "ListDouble"
-    return "ListOptionalTensor" if any(v is None for v in value) else "ListTensor"
-
-
 def type_text(value: Any) -> str:
     """``Tensor int64[128]``, ``ListInt[3]``, ``String``...: kind plus dtype and shape."""
     kind = kind_name(value)
@@ -359,15 +173,6 @@ def type_text(value: Any) -> str:
     return kind
 
 
-def as_numbers(array: np.ndarray) -> np.ndarray | None:
-    """The array as plain numbers (bfloat16 widened), or None for complex tensors."""
-    if array.dtype == evs.BFLOAT16:
-        return evs.bfloat16_to_float32(array)
-    if array.dtype.kind == "c":
-        return None
-    return array
-
-
 def finite_range(array: np.ndarray) -> tuple[Any, Any, int]:
     """(min, max, NaN count) over the finite-or-integer values; (None, None, n) if none."""
     if array.dtype.kind == "f":
@@ -377,9 +182,6 @@ def finite_range(array: np.ndarray) -> tuple[Any, Any, int]:
             return None, None, nan
         return finite.min().item(), finite.max().item(), nan
     return array.min().item(), array.max().item(), 0
-
-
-# ------------------------------------------------------------------------------- showing values
 
 
 def tensor_summary(array: np.ndarray) -> str:
@@ -467,9 +269,6 @@ def print_record(index: int, record: list, full: bool = False) -> None:
         print(f"  [{position}] {lines[0]}")
         for line in lines[1:]:
             print(f"      {line}")
-
-
-# ------------------------------------------------------------------------------- streaming stats
 
 
 class Histogram:
@@ -680,27 +479,6 @@ class Position:
         }
 
 
-def sample_indices(n: int, sample: int | None) -> Sequence[int]:
-    """All indices (a range: n may be billions), or ``sample`` of them evenly spread
-    (deterministic, in file order)."""
-    if not sample or sample >= n:
-        return range(n)
-    return np.unique(np.linspace(0, n - 1, sample).round().astype(np.int64))
-
-
-def field_names(ds: evs.Dataset) -> tuple[str, ...]:
-    """The file's field names, or () if it has none (or its metadata is unreadable)."""
-    try:
-        return ds.fields or ()
-    except evs.FormatError:
-        return ()
-
-
-def field_label(row: dict) -> str:
-    """``[2]``, or ``[2] label:`` when the position has a field name."""
-    return f"[{row['position']}] {row['field']}:" if row.get("field") else f"[{row['position']}]"
-
-
 def collect_stats(ds: evs.Dataset, sample: int | None, bar: tqdm) -> dict:
     """Stream over the records once; memory depends on record width, not on record count."""
     sizes = Numbers()
@@ -739,9 +517,6 @@ def collect_stats(ds: evs.Dataset, sample: int | None, bar: tqdm) -> dict:
     }
 
 
-# ------------------------------------------------------------------------------- rendering
-
-
 def regroup(stats: dict, max_bins: int) -> tuple[list[float], list[int]]:
     """Merge neighbouring bins so that at most ``max_bins`` remain (for the terminal).
 
@@ -759,12 +534,6 @@ def regroup(stats: dict, max_bins: int) -> tuple[list[float], list[int]]:
     bounds[0] = max(bounds[0], stats["min"])
     bounds[-1] = min(bounds[-1], stats["max"] + 1 if hist["integer"] else stats["max"])
     return bounds, merged
-
-
-def bin_label(low: float, high: float, integer: bool) -> str:
-    if integer:
-        return num(int(low)) if high - low == 1 else f"{num(int(low))}..{num(int(high) - 1)}"
-    return f"{num(low)}..{num(high)}"
 
 
 def bar_text(fraction: float, width: int, blocks: str) -> str:
@@ -941,9 +710,6 @@ def stats_html(report: dict) -> str:
     return "\n".join(parts)
 
 
-# ------------------------------------------------------------------------------- info
-
-
 def schema(ds: evs.Dataset, samples: int = 8) -> tuple[list[dict], int, list[str]]:
     """Kinds, dtypes and shapes per position, from up to ``samples`` records spread out."""
     indices = sample_indices(len(ds), samples)
@@ -1043,11 +809,13 @@ def print_info(report: dict, problems: list[str]) -> None:
         print(f"problem: {problem}")
 
 
-# ------------------------------------------------------------------------------- pack inputs
-
 # An input yields (where, record); ``where`` names the file (and line) for error messages.
 Source = Iterator[tuple[str, list]]
+
+
 PACK_SUFFIXES = (".npz", ".npy", ".jsonl", ".ndjson", ".bin")
+
+
 FLOAT_DTYPES = ("float16", "float32", "float64", "bfloat16")
 
 
@@ -1189,132 +957,6 @@ def expand_inputs(args: argparse.Namespace) -> list[str]:
     return files
 
 
-LOCKED = "a running writer has this file open; not replaced (wait until it exits)"
-
-
-def check_output(path: str) -> None:
-    """An output's folder must exist and the output must not be a folder (the errors would
-    otherwise name the temporary file)."""
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        raise CliError(path, f"no such folder {folder}")
-    if os.path.isdir(path):
-        raise CliError(path, "is a directory; give a file name")
-
-
-def refuse_container(path: str, what: str) -> None:
-    """A page or a dictionary never replaces a container (`stats F --html F`): it may hold
-    the only copy of its data."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(len(MAGIC))
-    except OSError:
-        return
-    if head == MAGIC or is_compressed(head):
-        raise CliError(path, f"is an evalue_store container; {what} never replaces one")
-
-
-def refuse_overwrite(path: str, force: bool, append: bool = False) -> None:
-    """Replacing a container takes --force: it may hold the only copy of some data. Checked
-    before any work: OUT's folder must exist, OUT must not be a folder nor a live writer's."""
-    check_output(path)
-    if not os.path.exists(path):
-        return
-    if not force:
-        flags = "--append to add to it or --force" if append else "--force"
-        raise CliError(path, f"already exists; use {flags} to replace it")
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return  # unreadable: the rename decides
-    try:
-        lock(fd, path)
-    except evs.WriterLockedError:
-        raise CliError(path, LOCKED) from None
-    finally:
-        os.close(fd)
-
-
-@contextmanager
-def replacing(path: str, *, clobber: bool = True, durable: bool = True) -> Iterator[str]:
-    """A temporary name beside ``path`` to build the output under; when the block ends, it is
-    renamed to ``path`` and the folder fsynced (``durable``). On any exception, Ctrl-C and
-    SIGTERM included, the temporary file is removed, so ``path`` is as it was or complete.
-
-    The rename is refused while a running Writer holds ``path`` (its later commits would go
-    to an unlinked inode); without ``clobber`` an existing ``path`` is never replaced.
-    """
-    check_output(path)
-    temp = f"{path}.{os.getpid()}-{secrets.token_hex(3)}.partial"
-    try:
-        yield temp
-        if clobber:
-            try:
-                replace_locked(temp, path, durable=durable)
-            except evs.WriterLockedError:
-                raise CliError(path, LOCKED) from None
-        else:
-            exists = CliError(path, "already exists; use --force to overwrite")
-            try:
-                os.link(temp, path)  # atomic, and fails if path exists
-                os.unlink(temp)
-            except FileExistsError:
-                raise exists from None
-            except OSError as exc:  # no hard links (FAT, some network filesystems)
-                if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP):
-                    raise
-                if os.path.exists(path):
-                    raise exists from None
-                os.rename(temp, path)
-            if durable:
-                fsync_dir(path)
-    except BaseException:
-        with suppress(FileNotFoundError):
-            os.unlink(temp)
-        raise
-
-
-@contextmanager
-def new_file(path: str, *, clobber: bool = True, durable: bool = True) -> Iterator[BinaryIO]:
-    """A binary file to write ``path``'s bytes into; they appear under ``path`` only when
-    complete and fsynced (see ``replacing``)."""
-    with replacing(path, clobber=clobber, durable=durable) as temp, open(temp, "xb") as out:
-        yield out
-        out.flush()
-        os.fsync(out.fileno())
-
-
-@contextmanager
-def output_writer(
-    path: str,
-    *,
-    append: bool,
-    force: bool,
-    metadata: dict | None,
-    alignment: int = 64,
-    **options: Any,
-) -> Iterator[evs.Writer]:
-    """A Writer for OUT. A new file is built under a temporary name and renamed when complete,
-    so a failed run never leaves a half-written OUT behind (nor replaces an old one).
-    ``options`` go to evs.Writer for a new file (compression settings)."""
-    if append:
-        with evs.Writer(path, "a", metadata=metadata) as writer:
-            if writer.salvage:
-                s = writer.salvage
-                print(
-                    f"{PROG}: {path}: salvaged {s.salvaged_records} records of a crashed "
-                    f"writer first"
-                    + (f"; damaged tail kept in {s.side_file}" if s.side_file else ""),
-                    file=sys.stderr,
-                )
-            yield writer
-        return
-    refuse_overwrite(path, force)
-    with replacing(path) as temp:
-        with evs.Writer(temp, "x", metadata=metadata, alignment=alignment, **options) as writer:
-            yield writer
-
-
 def pack_files(files: list[str], args: argparse.Namespace) -> tuple[int, int]:
     """Pack ``files`` into args.output; returns (records written, bytes of the output)."""
     fields: Counter = Counter()
@@ -1340,7 +982,7 @@ def pack_files(files: list[str], args: argparse.Namespace) -> tuple[int, int]:
                     bar.update()
         except Exception as exc:
             if args.append and written:  # the writer aborts: its file stays at its last commit
-                code, line = _error_line(exc, None)
+                code, line = error_line(exc, None)
                 raise CliError(
                     None, f"{line}; nothing was appended, {args.output} is as it was", code
                 ) from exc
@@ -1351,9 +993,6 @@ def pack_files(files: list[str], args: argparse.Namespace) -> tuple[int, int]:
             metadata.setdefault(FIELDS_KEY, list(next(iter(fields))))
             writer.set_metadata(metadata)
     return written, os.path.getsize(args.output)
-
-
-# ------------------------------------------------------------------------------- export
 
 
 def npz_value(value: Any) -> np.ndarray:
@@ -1432,9 +1071,6 @@ def export_records(ds: evs.Dataset, args: argparse.Namespace, bar: tqdm) -> int:
     return n
 
 
-# ------------------------------------------------------------------------------- commands
-
-
 DEMO_RECORDS = 300
 
 
@@ -1494,17 +1130,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _file(p: argparse.ArgumentParser) -> None:
-    p.add_argument("file", metavar="FILE", help="an evalue_store container")
-
-
-def _json_flag(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--json", action="store_true", help="machine-readable output (stable keys)")
-
-
 def _info_args(p: argparse.ArgumentParser) -> None:
-    _file(p)
-    _json_flag(p)
+    file_arg(p)
+    json_arg(p)
 
 
 @command(
@@ -1524,7 +1152,7 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 
 def _head_args(p: argparse.ArgumentParser) -> None:
-    _file(p)
+    file_arg(p)
     p.add_argument(
         "-n", type=at_least_one, default=5, metavar="N", help="records to show (default 5)"
     )
@@ -1541,7 +1169,7 @@ def cmd_head(args: argparse.Namespace) -> int:
 
 
 def _show_args(p: argparse.ArgumentParser) -> None:
-    _file(p)
+    file_arg(p)
     p.add_argument("index", type=int, metavar="INDEX", help="record number; -1 is the last")
 
 
@@ -1556,9 +1184,9 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def _stats_args(p: argparse.ArgumentParser) -> None:
-    _file(p)
+    file_arg(p)
     p.add_argument("--sample", type=at_least_one, metavar="N", help="read N records spread evenly")
-    _json_flag(p)
+    json_arg(p)
     p.add_argument("--html", metavar="PAGE", help="also write a self-contained HTML report")
 
 
@@ -1591,8 +1219,8 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 
 def _verify_args(p: argparse.ArgumentParser) -> None:
-    _file(p)
-    _json_flag(p)
+    file_arg(p)
+    json_arg(p)
 
 
 @command("verify", "check every checksum and record", "evalue-store verify train.evs", _verify_args)
@@ -1637,7 +1265,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     "recover",
     "after a crash: keep committed records, salvage whole ones from the tail, set the rest aside",
     "evalue-store recover train.evs",
-    _file,
+    file_arg,
 )
 def cmd_recover(args: argparse.Namespace) -> int:
     open_dataset(args.file).close()  # a file that is no container is a one-line error
@@ -1699,7 +1327,7 @@ def cmd_pack(args: argparse.Namespace) -> int:
 
 
 def _export_args(p: argparse.ArgumentParser) -> None:
-    _file(p)
+    file_arg(p)
     p.add_argument("--to", required=True, metavar="DIR", help="folder to write into")
     p.add_argument("--format", required=True, choices=("npz", "jsonl", "java"))
     p.add_argument("--force", action="store_true", help="overwrite files that exist")
@@ -1776,7 +1404,7 @@ def _copy_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--alignment", type=int, metavar="N", help="OUT's alignment (default FILE's)")
     p.add_argument("--force", action="store_true", help="replace OUT if it exists")
-    _json_flag(p)
+    json_arg(p)
 
 
 @command(
