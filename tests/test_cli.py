@@ -422,7 +422,7 @@ def test_stats_html_is_a_well_formed_page_with_svg(varied, tmp_path):
 
 def test_histogram_counts_every_value_exactly():
     rng = np.random.default_rng(7)
-    numbers = cli.Numbers()
+    numbers = cli.stats.Numbers()
     chunks = [rng.standard_normal(n) * scale for n, scale in ((10, 1), (5000, 30), (70000, 0.1))]
     chunks.append(np.array([1e6, -5e5]))
     for chunk in chunks:
@@ -430,13 +430,13 @@ def test_histogram_counts_every_value_exactly():
     stats = numbers.to_json()
     everything = np.concatenate(chunks)
     edges, counts = np.array(stats["histogram"]["edges"]), stats["histogram"]["counts"]
-    assert len(numbers.hist.counts) == cli.Histogram.BINS  # memory stays fixed
+    assert len(numbers.hist.counts) == cli.stats.Histogram.BINS  # memory stays fixed
     assert sum(counts) == stats["count"] == everything.size
     index = np.searchsorted(edges, everything, side="right") - 1
     assert np.bincount(index, minlength=len(counts)).tolist() == counts
     assert stats["min"] == everything.min() and stats["max"] == everything.max()
     assert stats["mean"] == pytest.approx(everything.mean())
-    labels = cli.Numbers()
+    labels = cli.stats.Numbers()
     for i in range(1000):
         labels.add_scalar(i % 10)
     assert labels.to_json()["histogram"] == {
