@@ -201,7 +201,7 @@ def test_demo_packs_reads_verifies_and_shows(tmp_path):
     assert "identical to the samples" in proc.stdout and "OK" in proc.stdout
     assert "[0] tokens: Tensor int64[128]" in proc.stdout and "[3] id: String" in proc.stdout
     with evs.open(out) as ds:
-        assert len(ds) == cli.DEMO_RECORDS and ds.verify().ok
+        assert len(ds) == cli.demo.DEMO_RECORDS and ds.verify().ok
         assert ds.fields == ("tokens", "features", "label", "id")
         assert ds[5][3] == "w1-00005" and ds[5][0].dtype == np.int64
 
