@@ -15,7 +15,7 @@ from ..fields import FIELDS_KEY
 from ..frames import MAX_FRAME_SIZE
 from ..writer import MIN_FRAME_SIZE
 from .output import new_file, output_writer, refuse_container, refuse_overwrite, replacing
-from .registry import at_least_one, command, int_range, json_arg, json_object
+from .registry import at_least_one, command, force_arg, int_range, json_arg, json_object
 from .render import (
     EXIT_OK,
     EXIT_PROBLEMS,
@@ -34,7 +34,7 @@ def _merge_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("inputs", nargs="+", metavar="FILE", help="containers, in order")
     p.add_argument("-o", "--output", required=True, metavar="OUT", help="container to write")
     p.add_argument("--metadata", type=json_object, metavar="JSON", help="instead of the first's")
-    p.add_argument("--force", action="store_true", help="replace OUT if it exists")
+    force_arg(p)
 
 
 @command(
@@ -83,7 +83,7 @@ def _copy_args(p: argparse.ArgumentParser) -> None:
         help="leave out records that fail their checks (each is listed) instead of stopping",
     )
     p.add_argument("--alignment", type=int, metavar="N", help="OUT's alignment (default FILE's)")
-    p.add_argument("--force", action="store_true", help="replace OUT if it exists")
+    force_arg(p)
     json_arg(p)
 
 
@@ -165,7 +165,7 @@ def _compress_args(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="records to train it on",
     )
-    p.add_argument("--force", action="store_true", help="replace OUT if it exists")
+    force_arg(p)
 
 
 @command(
@@ -244,7 +244,7 @@ def copy_raw(
 def _decompress_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", metavar="FILE", help="compressed container")
     p.add_argument("-o", "--output", required=True, metavar="OUT", help="plain container")
-    p.add_argument("--force", action="store_true", help="replace OUT if it exists")
+    force_arg(p)
 
 
 @command(
@@ -277,7 +277,7 @@ def cmd_decompress(args: argparse.Namespace) -> int:
 def _dictionary_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", metavar="FILE", help="compressed container")
     p.add_argument("-o", "--output", required=True, metavar="OUT", help="dictionary file")
-    p.add_argument("--force", action="store_true", help="replace OUT if it exists")
+    force_arg(p)
 
 
 @command(

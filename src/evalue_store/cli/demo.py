@@ -1,5 +1,4 @@
-"""``demo``: pack a built-in sample, read it back, verify it and show it.
-"""
+"""``demo``: pack a built-in sample, read it back, verify it and show it."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""``info``, ``head`` and ``show``: what a file holds, and its records as text.
-"""
+"""``info``, ``head`` and ``show``: what a file holds, and its records as text."""
 
 from __future__ import annotations
 

@@ -32,6 +32,7 @@ from .render import (
     error_line,
     field_names,
     kind_name,
+    located,
     note,
     open_dataset,
     plural,
@@ -137,8 +138,7 @@ def java_source(path: str, args: argparse.Namespace, fields: Counter) -> Source:
     try:
         record = java.loads_record(data)
     except evs.FormatError as exc:
-        at = "" if exc.offset is None else f" (at byte {exc.offset})"
-        raise CliError(path, f"not an EVJ1 record: {exc.reason}{at}") from None
+        raise CliError(path, f"not an EVJ1 record: {located(exc)}") from None
     yield path, record
 
 

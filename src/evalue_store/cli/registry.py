@@ -92,6 +92,10 @@ def file_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", metavar="FILE", help="an evalue_store container")
 
 
+def force_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--force", action="store_true", help="replace OUT if it exists")
+
+
 def json_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable output (stable keys)")
 

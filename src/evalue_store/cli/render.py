@@ -30,14 +30,19 @@ class CliError(Exception):
         self.code = code
 
 
+def located(exc: evs.FormatError) -> str:
+    """A FormatError's reason and, when it is known, where: ``problem (at byte N)``."""
+    at = "" if exc.offset is None else f" (at byte {exc.offset})"
+    return f"{exc.reason}{at}"
+
+
 def error_line(exc: Exception, file: str | None) -> tuple[int, str]:
     """Exit code and ``WHERE: problem`` text for an exception, without a traceback."""
     if isinstance(exc, CliError):
         return exc.code, f"{exc.where}: {exc.message}" if exc.where else exc.message
     if isinstance(exc, evs.FormatError):
         where = exc.path or file
-        at = "" if exc.offset is None else f" (at byte {exc.offset})"
-        return EXIT_PROBLEMS, f"{where}: {exc.reason}{at}" if where else f"{exc.reason}{at}"
+        return EXIT_PROBLEMS, f"{where}: {located(exc)}" if where else located(exc)
     if isinstance(exc, OSError) and exc.strerror:
         where = exc.filename if exc.filename is not None else file
         return EXIT_USAGE, f"{where}: {exc.strerror}" if where else exc.strerror
@@ -67,8 +72,7 @@ def open_dataset(path: str) -> evs.Dataset:
     try:
         return evs.open(path)
     except evs.FormatError as exc:
-        at = "" if exc.offset is None else f" (at byte {exc.offset})"
-        raise CliError(path, f"{exc.reason}{at}") from None
+        raise CliError(path, located(exc)) from None
     except IsADirectoryError:
         raise CliError(path, "is a directory, not an evalue_store file") from None
 

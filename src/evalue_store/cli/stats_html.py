@@ -1,5 +1,4 @@
-"""The ``stats --html`` page: self-contained, tables and inline SVG histograms, no scripts.
-"""
+"""The ``stats --html`` page: self-contained, tables and inline SVG histograms, no scripts."""
 
 from __future__ import annotations
 
