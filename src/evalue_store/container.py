@@ -11,7 +11,7 @@ import os
 import struct
 import zlib
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -285,6 +285,14 @@ def _check_commit(commit: Commit, header: Header) -> None:
             raise FormatError("metadata block overruns the footer", where)
     if commit.prev_footer >= commit.footer_offset:
         raise FormatError("previous footer does not precede this one", where)
+
+
+def open_container(source: Any) -> tuple[Header, Commit]:
+    """The header and last commit of the container a source (plain or compressed; see the
+    source protocol in ``plain``) holds: what readers, writers and recovery all start from."""
+    header = parse_header(source.read, source.size)
+    source.set_alignment(header.alignment)
+    return header, source.last_commit(header)
 
 
 def find_last_commit(read: Callable[[int, int], bytes], size: int, header: Header) -> Commit:

@@ -6,118 +6,34 @@ import bisect
 import os
 import zlib
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from . import bounded, indexing
 from .bounded import SHADOWED
-from .buffers import close_map, map_file
 from .codec import compile_layout, decode_payload
 from .container import (
     ENTRY,
     ENTRY_DTYPE,
     ENTRY_SIZE,
     FRAME_SIZE,
-    HEADER_FIXED,
     Commit,
     Header,
     check_frame,
     crc32,
-    find_last_commit,
-    parse_footer_from,
-    parse_header,
     parse_metadata,
 )
-from .errors import FormatError
+from .errors import CHECKSUM, LIMIT, OUT_OF_BOUNDS, ClosedError, FormatError
 from .fields import stored_names, to_dict
-from .frames import DEFAULT_CACHE_BYTES, MAX_FRAME_SIZE, ZstdSource, is_compressed
 from .indexing import Index
+from .physical import open_source
+from .verify import VerifyReport, verify_dataset
+from .zstd import DEFAULT_CACHE_BYTES, MAX_FRAME_SIZE
 
 MAX_LAYOUTS = 1024  # record structures remembered per reader (bounded: lengths may all differ)
 SCAN_CHUNK = 512  # index entries a scan decodes at a time
 OPEN_ATTEMPTS = 5  # opens retried while a writer changes the file's tail underneath
-MAX_LISTED = 1000  # bad records verify lists one by one (it counts the others)
-
-
-def aligned_buffer(size: int, alignment: int) -> np.ndarray:
-    """A writable uint8 buffer of ``size`` bytes whose first byte is ``alignment``-aligned."""
-    raw = np.empty(size + alignment, np.uint8)
-    skip = -raw.ctypes.data % alignment
-    return raw[skip : skip + size]
-
-
-class _MmapSource:
-    """The file through a private copy-on-write mapping, read through a read-only view.
-
-    Every array handed out is a read-only view of it (see ``buffers``): a write into one
-    would change later reads. The mapping is private (ACCESS_COPY) all the same, so that
-    a write forced through anyway (``torch.from_numpy`` of a view, which warns) changes
-    this process's pages, never the file, and does not crash the process.
-    """
-
-    def __init__(self, fd: int, size: int):
-        self.size = size
-        self.map = map_file(fd, size)
-        # Reads slice this one view: each np.frombuffer / slice of the mmap itself would
-        # first make a memoryview of it (half the cost of a small tensor view).
-        self.view = memoryview(self.map).toreadonly()
-
-    def read(self, offset: int, n: int) -> memoryview:
-        return self.view[offset : offset + n]
-
-    def frame(self, offset: int, n: int) -> tuple[Any, int]:
-        """(buffer, position) such that buffer[position:position + n] is file[offset:...]."""
-        return self.view, offset
-
-    def close(self) -> None:
-        try:
-            self.view.release()  # tensors hold views of their own
-        except BufferError:
-            return  # views into it are still alive; the mapping goes when the last one does
-        close_map(self.map)
-
-
-class _PreadSource:
-    """The file through os.pread: for filesystems where mmap is slow (NFS, FUSE)."""
-
-    def __init__(self, fd: int, size: int, alignment: int = 64):
-        self.fd = fd
-        self.size = size
-        self.alignment = alignment
-
-    def read(self, offset: int, n: int) -> memoryview:
-        view = memoryview(aligned_buffer(n, self.alignment))
-        done = 0
-        while done < n:
-            got = os.preadv(self.fd, [view[done:]], offset + done)
-            if got <= 0:
-                raise FormatError(f"file ends early: wanted {n} bytes", offset + done)
-            done += got
-        return view.toreadonly()  # arrays of it are read-only like a mapping's
-
-    def frame(self, offset: int, n: int) -> tuple[Any, int]:
-        return self.read(offset, n), 0
-
-    def close(self) -> None:
-        pass
-
-
-@dataclass
-class VerifyReport:
-    """What ``Dataset.verify`` found; ``ok`` is True when nothing is wrong. ``bad_records``
-    lists the first MAX_LISTED bad records; ``problems`` counts any more."""
-
-    records: int = 0
-    bytes_checked: int = 0
-    bad_records: list[tuple[int, str]] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)
-    uncommitted_bytes: int = 0
-
-    @property
-    def ok(self) -> bool:
-        return not self.bad_records and not self.problems
 
 
 class Dataset:
@@ -185,47 +101,20 @@ class Dataset:
                 return
 
     def _load_from(self, fd: int, size: int) -> None:
-        try:
-            if is_compressed(os.pread(fd, 8, 0)):
-                owned, fd = fd, -1
-                self._load_compressed(owned, size)  # closes the descriptor itself
-                return
-            probe = _PreadSource(fd, size)
-            header = parse_header(probe.read, size)
-            commit = find_last_commit(probe.read, size, header)
-            if self.backend == "mmap":
-                source: Any = _MmapSource(fd, commit.end)
-                owned, fd = fd, -1  # forgotten first: an interrupt after close(2) never
-                os.close(owned)  # leads to a second close of a number reused meanwhile
-            else:
-                source = _PreadSource(fd, commit.end, header.alignment)
-        except BaseException:
-            if fd >= 0:
-                os.close(fd)
-            raise
-        self._install(source, header, commit, size - commit.end)
-
-    def _load_compressed(self, fd: int, size: int) -> None:
-        try:
-            source = ZstdSource(
-                fd, size, cache_bytes=self.cache_bytes, max_frame_size=self.max_frame_size
-            )
-        finally:
-            os.close(fd)
-        try:
-            header = parse_header(source.read, source.size)
-            source.set_alignment(header.alignment)
-            commit = source.last_commit(header)
-        except BaseException:
-            source.close()
-            raise
-        self._install(source, header, commit, size - source.committed_physical_end)
+        source, header, commit = open_source(
+            fd,
+            size,
+            backend=self.backend,
+            cache_bytes=self.cache_bytes,
+            max_frame_size=self.max_frame_size,
+        )
+        self._install(source, header, commit, size - source.physical_end)
 
     @property
     def compressed(self) -> bool:
         """True when the file is stored as zstd frames (docs/FORMAT.md section 16)."""
         self._ensure_open()
-        return isinstance(self._source, ZstdSource)
+        return self._source.compressed
 
     def _install(self, source: Any, header: Header, commit: Commit, tail: int) -> None:
         self._close_source()
@@ -235,7 +124,10 @@ class Dataset:
         self.uncommitted_bytes = tail
         # A compressed record was checked by its frame's content checksum when the frame
         # was decompressed; checking its CRC on every read would check the same bytes again.
-        self._crc_on_read = self.verify_reads and not isinstance(source, ZstdSource)
+        self._crc_on_read = self.verify_reads and not source.checks_content
+        # Offsets in a record's errors count bytes of the container: of the file itself only
+        # when it is plain.
+        self._offsets_in = "container" if source.compressed else "file"
         self._starts = []
         total = 0
         for seg in commit.segments:
@@ -251,8 +143,6 @@ class Dataset:
     def _close_source(self) -> None:
         if self._source is not None:
             self._source.close()
-            if isinstance(self._source, _PreadSource):
-                os.close(self._source.fd)
             self._source = None
 
     def refresh(self) -> bool:
@@ -272,7 +162,7 @@ class Dataset:
                 self._closed_by_pickle = False
                 self._load()
             else:
-                raise ValueError(f"{self.path}: dataset is closed")
+                raise ClosedError(f"{self.path}: dataset is closed")
 
     def __enter__(self) -> Dataset:
         return self
@@ -348,15 +238,11 @@ class Dataset:
         self._ensure_open()
         return self.commit.end
 
-    def logical_chunks(self, size: int = 1 << 20) -> Iterator[memoryview]:
+    def logical_chunks(self) -> Iterator[memoryview]:
         """The container's bytes up to its last commit, in order: for a compressed file,
         exactly what ``zstd -d`` writes."""
         self._ensure_open()
-        if isinstance(self._source, ZstdSource):
-            yield from self._source.chunks()
-            return
-        for start in range(0, self.commit.end, size):
-            yield self._source.read(start, min(size, self.commit.end - start))
+        yield from self._source.chunks()
 
     @property
     def alignment(self) -> int:
@@ -408,13 +294,14 @@ class Dataset:
         return self._read(i, *self._entry(i))
 
     def _check_entry(self, i: int, offset: int, length: int) -> None:
+        place = dict(path=self.path, record=i, offset_in=self._offsets_in)
         if offset % self.header.alignment or offset < self.header.data_start:
-            raise FormatError(f"record {i} at bad offset {offset}", offset, self.path)
+            raise FormatError(f"bad offset {offset}", offset, code=OUT_OF_BOUNDS, **place)
         if length > self.commit.end - offset - FRAME_SIZE:
-            raise FormatError(f"record {i} runs past the committed end", offset, self.path)
+            raise FormatError("runs past the committed end", offset, code=OUT_OF_BOUNDS, **place)
         if self.max_record_bytes is not None and length > self.max_record_bytes:
-            reason = f"record {i} is {length} bytes, over max_record_bytes={self.max_record_bytes}"
-            raise FormatError(reason, offset, self.path)
+            reason = f"{length} bytes, over max_record_bytes={self.max_record_bytes}"
+            raise FormatError(reason, offset, code=LIMIT, **place)
 
     def raw(self, index: int) -> memoryview:
         """Record ``index`` as stored: its payload bytes (docs/FORMAT.md section 3), as a
@@ -434,9 +321,9 @@ class Dataset:
             check_frame(bytes(buf[pos : pos + FRAME_SIZE]), offset, self.commit.end, length, crc)
             payload = memoryview(buf).cast("B")[pos + FRAME_SIZE : pos + FRAME_SIZE + length]
             if self._crc_on_read and zlib.crc32(payload) != crc:
-                raise FormatError("record checksum mismatch", offset)
+                raise FormatError("record checksum mismatch", offset, code=CHECKSUM)
         except FormatError as exc:
-            raise FormatError(f"record {i}: {exc.reason}", exc.offset, self.path) from None
+            raise exc.at(path=self.path, record=i, offset_in=self._offsets_in) from None
         return payload.toreadonly()
 
     def _read(self, i: int, offset: int, length: int, crc: int) -> list:
@@ -457,7 +344,7 @@ class Dataset:
                 if zlib.crc32(payload) != crc:  # say first if the frame disagrees with the index
                     head = bytes(buf[pos : pos + FRAME_SIZE])
                     check_frame(head, offset, self.commit.end, length, crc)
-                    raise FormatError("record checksum mismatch", offset)
+                    raise FormatError("record checksum mismatch", offset, code=CHECKSUM)
             layout = self._layouts.get(length)
             if layout is not None:
                 values = layout.decode(buf, pos, crc)  # checks the frame header too
@@ -467,11 +354,9 @@ class Dataset:
             try:
                 values = decode_payload(buf, pos, length, align)
             except FormatError as exc:  # its offsets are positions in buf: make them the file's
-                if exc.offset is not None:
-                    exc.offset += offset - pos
-                raise
+                raise exc.at(shift=offset - pos) from None
         except FormatError as exc:
-            raise FormatError(f"record {i}: {exc.reason}", exc.offset, self.path) from None
+            raise exc.at(path=self.path, record=i, offset_in=self._offsets_in) from None
         self._learn_layout(buf, pos, length)
         return values
 
@@ -521,7 +406,7 @@ class Dataset:
     def __iter__(self) -> Iterator[list]:
         self._ensure_open()
         try:
-            if isinstance(self._source, _MmapSource):
+            if self._source.mapped is not None:
                 records = self._scan_mapped()
             else:
                 records = self._scan_by_chunks()
@@ -531,7 +416,7 @@ class Dataset:
             yield from records
         except AttributeError:
             if self._source is None:  # closed during the scan: records handed out stay valid
-                raise ValueError(f"{self.path}: dataset is closed") from None
+                raise ClosedError(f"{self.path}: dataset is closed") from None
             raise
 
     def _shadow_check(self, chunk: np.ndarray, reach: int) -> tuple[int, int]:
@@ -611,7 +496,7 @@ class Dataset:
             for j in range(k, count):
                 yield self._record(first + j)
             return
-        buf = self._source.view
+        buf = self._source.mapped
         crcs = entries["crc"][k:]
         records = layout.decode_run(buf, start, stride, count - k, crcs)
         if self._crc_on_read:
@@ -631,139 +516,11 @@ class Dataset:
         ``progress`` (optional) is called with the number of records checked so far.
         """
         self._ensure_open()
-        report = VerifyReport(records=self._len, uncommitted_bytes=self.uncommitted_bytes)
-        try:
-            _ = self.metadata  # parses and checks it
-        except FormatError as exc:
-            report.problems.append(str(exc))
-        self._verify_index(report)
-        saved, self._crc_on_read = self._crc_on_read, True  # verify checks every record CRC
-        reach = unlisted = 0
-        try:
-            for first, count, piece in bounded.index_pieces(self._source.read, self._segments):
-                if isinstance(piece, FormatError):
-                    reason = f"index entry unreadable: {piece.reason}"
-                    bad = [(i, reason) for i in range(first, first + count)]
-                else:
-                    bad, reach = self._verify_piece(report, first, piece, reach)
-                for i, reason in bad:
-                    if len(report.bad_records) < MAX_LISTED:
-                        report.bad_records.append((i, reason))
-                    else:  # a compressed index can hold billions: memory stays bounded
-                        unlisted += 1
-                if progress is not None:
-                    progress(first + count)
-        finally:
-            self._crc_on_read = saved
-        if unlisted:
-            report.problems.append(f"{unlisted} more bad records (the first {MAX_LISTED} listed)")
-        commits = self._verify_history(report)
-        if report.ok:  # gaps are only meaningful between blocks known to be sound
-            self._verify_padding(report, commits)
-        if isinstance(self._source, ZstdSource):
-            report.problems += self._source.verify_frames()
-        if self.uncommitted_bytes:
-            report.problems.append(
-                f"{self.uncommitted_bytes} bytes after the last commit (a writer crashed or is "
-                "still writing); recovery salvages complete records from them"
-            )
-        return report
-
-    def _verify_piece(
-        self, report: VerifyReport, first: int, entries: np.ndarray, reach: int
-    ) -> tuple[list[tuple[int, str]], int]:
-        """Read and check records ``first``... of a piece of the index; returns the bad ones
-        and the new reach (the end of the last good frame). A record starting before it is
-        bad unread, so no byte is checked twice however the index points."""
-        bad = []
-        for i, (offset, length, crc, reserved) in enumerate(entries.tolist(), first):
-            try:
-                if reserved:
-                    raise FormatError(f"index entry of record {i} has reserved bits set", offset)
-                if offset < reach:
-                    raise FormatError(f"record {i}: {SHADOWED}", offset)
-                self._read(i, offset, length, crc)
-                report.bytes_checked += FRAME_SIZE + length
-                reach = offset + FRAME_SIZE + length
-            except FormatError as exc:
-                bad.append((i, exc.reason))
-        return bad, reach
-
-    def _verify_index(self, report: VerifyReport) -> None:
-        """Segment checksums, a chunk at a time (a compressed index can exceed memory)."""
-        for k, seg in enumerate(self._segments):
-            try:
-                crc = 0
-                for _, entries in bounded.index_chunks(self._source.read, seg):
-                    crc = zlib.crc32(entries, crc)
-            except FormatError as exc:
-                report.problems.append(f"index segment {k} unreadable: {exc}")
-                continue
-            if crc != seg.crc:
-                report.problems.append(f"index segment {k} at {seg.offset}: checksum mismatch")
-
-    def _verify_history(self, report: VerifyReport) -> list[Commit]:
-        """Walk the chain of earlier footers and check them and the index segments they name;
-        returns the commits walked, the last one first."""
-        checked = {seg.offset for seg in self._segments}  # segments' and metadata offsets
-        checked.add(self.commit.metadata_offset)
-        commit = self.commit
-        commits, hashed = [commit], 0  # footers and blocks are disjoint: at most the file
-        while commit.prev_footer and hashed <= self.commit.end:
-            try:
-                older = parse_footer_from(
-                    self._source.read, commit.prev_footer, commit.footer_offset, self.header
-                )
-            except FormatError:
-                older = None
-            if older is None or older.number != commit.number - 1:
-                report.problems.append(
-                    f"footer of commit {commit.number - 1} at {commit.prev_footer} is damaged"
-                )
-                return commits
-            hashed += older.end - older.footer_offset
-            for offset, length, crc, what in _checksummed_blocks(older):
-                if offset not in checked:
-                    checked.add(offset)
-                    hashed += length
-                    if hashed > self.commit.end:
-                        break
-                    if not bounded.intact(self._source.read, offset, length, crc):
-                        report.problems.append(
-                            f"{what} at {offset} of commit {older.number} is damaged"
-                        )
-            commit = older
-            commits.append(commit)
-        if commit.prev_footer:
-            report.problems.append("earlier footers name overlapping blocks: not all checked")
-        return commits
-
-    def _verify_padding(self, report: VerifyReport, commits: list[Commit]) -> None:
-        """Every byte between blocks must be zero (docs/FORMAT.md section 1). No checksum
-        covers these gaps and no read looks at them, so this is the only check they get."""
-        header_length = HEADER_FIXED.unpack(bytes(self._source.read(0, HEADER_FIXED.size)))[5]
-        blocks = [(0, header_length)]
-        for commit in commits:
-            blocks.append((commit.footer_offset, commit.end))
-            blocks += [(offset, offset + n) for offset, n, _, _ in _checksummed_blocks(commit)]
-        problem = bounded.padding_problem(self._source.read, blocks, self._segments)
-        report.problems += [problem] if problem else []
+        return verify_dataset(self, progress)
 
     def __repr__(self) -> str:
         state = "closed" if self._source is None else f"{self._len} records"
         return f"<evalue_store.Dataset {self.path!r} {state}>"
-
-
-def _checksummed_blocks(commit: Commit) -> list[tuple[int, int, int, str]]:
-    """(offset, length, crc32, name) of the index segments and metadata block a footer names."""
-    blocks = [
-        (seg.offset, seg.count * ENTRY_SIZE, seg.crc, "index segment") for seg in commit.segments
-    ]
-    if commit.metadata_length:
-        blocks.append(
-            (commit.metadata_offset, commit.metadata_length, commit.metadata_crc, "metadata block")
-        )
-    return blocks
 
 
 def open_dataset(

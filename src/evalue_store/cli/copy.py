@@ -12,8 +12,8 @@ from typing import Any, Callable
 import evalue_store as evs
 
 from ..fields import FIELDS_KEY
-from ..frames import MAX_FRAME_SIZE
 from ..writer import MIN_FRAME_SIZE
+from ..zstd import MAX_FRAME_SIZE
 from .output import new_file, output_writer, refuse_container, refuse_overwrite, replacing
 from .registry import at_least_one, command, force_arg, int_range, json_arg, json_object
 from .render import (
