@@ -434,7 +434,7 @@ class Dataset:
                 if good < len(chunk):
                     yield from (self._record(i) for i in range(first + lo, first + lo + good))
                     at = int(chunk[good]["offset"])
-                    raise FormatError(f"record {first + lo + good}: {SHADOWED}", at, self.path)
+                    raise FormatError(SHADOWED, at, self.path, record=first + lo + good)
                 # Runs: records of one payload length, each frame right after the one before
                 # (as a writer appends them), so their frames are ``step`` bytes apart.
                 lengths, offsets = chunk["length"], chunk["offset"]
@@ -466,7 +466,7 @@ class Dataset:
                     ENTRY.iter_unpack(raw), first + lo
                 ):
                     if i - first - lo == good:
-                        raise FormatError(f"record {i}: {SHADOWED}", offset, self.path)
+                        raise FormatError(SHADOWED, offset, self.path, record=i)
                     yield self._record(i) if reserved else self._read(i, offset, length, crc)
             first += seg.count
 

@@ -86,12 +86,12 @@ def _piece(
             if reserved:
                 raise FormatError(f"index entry of record {i} has reserved bits set", offset)
             if offset < reach:
-                raise FormatError(f"record {i}: {SHADOWED}", offset)
+                raise FormatError(SHADOWED, offset, record=i)
             ds._read(i, offset, length, crc)
             report.bytes_checked += FRAME_SIZE + length
             reach = offset + FRAME_SIZE + length
         except FormatError as exc:
-            bad.append((i, exc.reason))
+            bad.append((i, exc.detail))  # the record is named beside it
     return bad, reach
 
 
