@@ -1,0 +1,86 @@
+"""The rules docs/FORMAT.md and docs/FRAMES.md settle (issue 12, item 6), on files built byte
+by byte: every reader path agrees, and verify agrees with the readers."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+import evalue_store as evs
+from evalue_store.codec import decode_payload, encode_record
+from evalue_store.container import (
+    ENTRY,
+    FRAME,
+    FRAME_MAGIC,
+    Commit,
+    Segment,
+    align_up,
+    crc32,
+    encode_footer,
+    encode_header,
+)
+from evalue_store.seekable import EMPTY_CHECKSUM, encode_seek_table, new_compressor
+
+FILE_ID = bytes(range(16))
+
+
+def container(payloads, alignment=64, crc_of=crc32, **footer) -> bytes:
+    """A plain container with one commit holding ``payloads``; ``crc_of(payload)`` is the
+    checksum written in frame and index; ``footer`` overrides fields of the commit."""
+    data = bytearray(encode_header(alignment, FILE_ID, 0, "test"))
+    entries = bytearray()
+    for payload in payloads:
+        data += bytes(align_up(len(data), alignment) - len(data))
+        crc = crc_of(payload)
+        entries += ENTRY.pack(len(data), len(payload), crc, 0)
+        data += FRAME.pack(FRAME_MAGIC, crc, len(payload)) + payload
+    data += bytes(align_up(len(data), alignment) - len(data))
+    segment = Segment(len(data), len(payloads), crc32(entries), 0)
+    data += entries
+    data += bytes(align_up(len(data), alignment) - len(data))
+    commit = Commit(1, len(payloads), len(data), 0, 0, 0, 0, 0, (segment,))
+    commit = replace(commit, **footer)
+    return bytes(data + encode_footer(commit.footer_offset, FILE_ID, commit))
+
+
+def payload_of(values, alignment=64) -> bytearray:
+    chunks, length, _ = encode_record(values, alignment)
+    return bytearray(b"".join(bytes(c) for c in chunks)[16 : 16 + length])
+
+
+def compressed(plain: bytes, *extra_frames: bytes) -> bytes:
+    """``plain`` as one zstd frame, then ``extra_frames`` (skippable), then a seek table."""
+    frame = new_compressor().compress(plain)
+    frames = [frame, *extra_frames]
+    sizes = [len(f) for f in frames]
+    dsizes = [len(plain)] + [0] * len(extra_frames)
+    sums = [int.from_bytes(frame[-4:], "little")] + [EMPTY_CHECKSUM] * len(extra_frames)
+    return b"".join(frames) + encode_seek_table(sizes, dsizes, sums)
+
+
+@pytest.mark.parametrize("backend", ["mmap", "pread"])
+def test_non_zero_tensor_padding_is_rejected_by_every_read_path(tmp_path, backend):
+    """FORMAT.md "Values": readers reject non-zero padding before tensor data, on every
+    path (a single read, the learned layout, the scan's run decoder, verify, append_raw),
+    though the payload CRC is right. verify used to pass what append_raw rejected."""
+    good = payload_of([np.arange(3, dtype=np.int32), 7])
+    bad = bytearray(good)
+    assert bad[20] == 0  # payload offset 20 is frame offset 36: padding up to 64
+    bad[20] = 1
+    path = tmp_path / "pad.evs"
+    path.write_bytes(container([good, good, bad, good]))
+    with evs.open(path, backend=backend) as ds:
+        assert ds[1][1] == 7 and ds[0][1] == 7  # the second read learns the layout
+        with pytest.raises(evs.FormatError, match="padding"):
+            ds[2]
+        with pytest.raises(evs.FormatError, match="padding"):
+            list(ds)
+        report = ds.verify()
+        assert [i for i, _ in report.bad_records] == [2]
+        raw = bytes(ds.raw(2))
+    with pytest.raises(evs.FormatError, match="padding"):
+        decode_payload(bytes(16) + bad, 0, len(bad), 64)
+    with evs.Writer(tmp_path / "copy.evs") as w, pytest.raises(evs.FormatError, match="padding"):
+        w.append_raw(raw, 64)
