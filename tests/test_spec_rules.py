@@ -3,13 +3,14 @@ by byte: every reader path agrees, and verify agrees with the readers."""
 
 from __future__ import annotations
 
+import struct
 from dataclasses import replace
 
 import numpy as np
 import pytest
 
 import evalue_store as evs
-from evalue_store.codec import decode_payload, encode_record
+from evalue_store.codec import MAX_VALUES, decode_payload, encode_record
 from evalue_store.container import (
     ENTRY,
     FRAME,
@@ -84,3 +85,21 @@ def test_non_zero_tensor_padding_is_rejected_by_every_read_path(tmp_path, backen
         decode_payload(bytes(16) + bad, 0, len(bad), 64)
     with evs.Writer(tmp_path / "copy.evs") as w, pytest.raises(evs.FormatError, match="padding"):
         w.append_raw(raw, 64)
+
+
+def test_values_per_record_at_most_2_20(tmp_path):
+    """FORMAT.md "Limits": a record holds at most 2^20 values, for writers and readers."""
+    chunks, length, _ = encode_record([None] * MAX_VALUES, 64)
+    frame = b"".join(bytes(c) for c in chunks)
+    assert len(decode_payload(frame, 0, length, 64)) == MAX_VALUES
+    with pytest.raises(evs.EncodeError):
+        encode_record([None] * (MAX_VALUES + 1), 64)
+    over = struct.pack("<I", MAX_VALUES + 1) + bytes(MAX_VALUES + 1)  # that many Nones
+    with pytest.raises(evs.FormatError, match="over the limit"):
+        decode_payload(bytes(16) + over, 0, len(over), 64)
+    path = tmp_path / "many.evs"
+    path.write_bytes(container([bytearray(over)]))
+    with evs.open(path) as ds:
+        with pytest.raises(evs.FormatError, match="over the limit"):
+            ds[0]
+        assert [i for i, _ in ds.verify().bad_records] == [0]

@@ -365,6 +365,8 @@ def decode_payload(buf: Any, frame: int, length: int, alignment: int) -> list:
 def _decode(reader: _Reader) -> list:
     start, length = reader.pos, reader.end - reader.pos
     count = _U32.unpack_from(reader.buf, reader.need(4, "value count"))[0]
+    if count > MAX_VALUES:
+        raise FormatError(f"record claims {count} values, over the limit {MAX_VALUES}", start)
     if count > length:
         raise FormatError(f"record claims {count} values in {length} bytes", start)
     values = [reader.value() for _ in range(count)]
