@@ -103,3 +103,36 @@ def test_values_per_record_at_most_2_20(tmp_path):
         with pytest.raises(evs.FormatError, match="over the limit"):
             ds[0]
         assert [i for i, _ in ds.verify().bad_records] == [0]
+
+
+def test_no_metadata_has_one_encoding(tmp_path):
+    """FORMAT.md "Footer": metadata_length 0 means no metadata, and then metadata_offset and
+    metadata_crc are 0; an empty block at an aligned offset used to be accepted."""
+    path = tmp_path / "m.evs"
+    path.write_bytes(container([payload_of([1])]))
+    with evs.open(path) as ds:
+        assert ds.metadata == {} and ds.verify().ok
+    for fields in ({"metadata_offset": 128}, {"metadata_crc": 5}):
+        path.write_bytes(container([payload_of([1])], **fields))
+        with pytest.raises(evs.FormatError, match="no metadata"):
+            evs.open(path)
+
+
+def test_commit_numbering(tmp_path):
+    """FORMAT.md "Footer": commit 1 and only commit 1 has no previous footer."""
+    path = tmp_path / "n.evs"
+    for fields in ({"number": 0}, {"number": 3}):
+        path.write_bytes(container([payload_of([1])], **fields))
+        with pytest.raises(evs.FormatError, match="only commit 1"):
+            evs.open(path)
+    with evs.Writer(path, mode="w") as w:
+        w.append([1])
+    with evs.open(path) as ds:
+        commit = ds.commit
+        assert commit.number == 2 and commit.prev_footer
+    data = bytearray(path.read_bytes())
+    del data[commit.footer_offset :]
+    data += encode_footer(commit.footer_offset, ds.header.file_id, replace(commit, prev_footer=0))
+    path.write_bytes(data)
+    with pytest.raises(evs.FormatError, match="only commit 1"):
+        evs.open(path)

@@ -231,8 +231,13 @@ def _check_commit(commit: Commit, header: Header) -> None:
             raise FormatError("metadata block out of bounds", where)
         if commit.metadata_offset + commit.metadata_length > commit.footer_offset:
             raise FormatError("metadata block overruns the footer", where)
+    elif commit.metadata_offset or commit.metadata_crc:  # "no metadata" has one encoding
+        raise FormatError("no metadata (length 0) but a metadata offset or checksum", where)
     if commit.prev_footer >= commit.footer_offset:
         raise FormatError("previous footer does not precede this one", where)
+    if commit.number == 0 or (commit.number == 1) != (commit.prev_footer == 0):
+        reason = f"commit {commit.number} with previous footer {commit.prev_footer}"
+        raise FormatError(f"{reason}: only commit 1 has none", where)
 
 
 def find_last_commit(
