@@ -136,3 +136,21 @@ def test_commit_numbering(tmp_path):
     path.write_bytes(data)
     with pytest.raises(evs.FormatError, match="only commit 1"):
         evs.open(path)
+
+
+def test_compressed_reads_check_the_payload_crc_too(tmp_path):
+    """FRAMES.md "Reading": a record whose payload CRC is wrong is rejected in both
+    variants, although the zstd frame's own checksum is right (it used to be returned from
+    the compressed file, and rejected from the same bytes decompressed)."""
+    plain = container([payload_of([1]), payload_of([2])], crc_of=lambda p: crc32(p) ^ 1)
+    (tmp_path / "c.evs").write_bytes(plain)
+    (tmp_path / "c.evs.zst").write_bytes(compressed(plain))
+    for name in ("c.evs", "c.evs.zst"):
+        with evs.open(tmp_path / name) as ds:
+            with pytest.raises(evs.FormatError, match="checksum"):
+                ds[0]
+            with pytest.raises(evs.FormatError, match="checksum"):
+                list(ds)
+            assert len(ds.verify().bad_records) == 2
+        with evs.open(tmp_path / name, verify=False) as ds:
+            assert ds[1] == [2]
