@@ -154,3 +154,23 @@ def test_compressed_reads_check_the_payload_crc_too(tmp_path):
             assert len(ds.verify().bad_records) == 2
         with evs.open(tmp_path / name, verify=False) as ds:
             assert ds[1] == [2]
+
+
+def test_foreign_skippable_frames_are_read_and_verified(tmp_path):
+    """FRAMES.md "Layout": a skippable frame with a magic other than the seek table's is
+    skipped by readers and passes verify (it used to be "earlier seek table damaged")."""
+    plain = container([payload_of([np.arange(4), "x"])])
+    for magic in (0x184D2A50, 0x184D2A5F):
+        foreign = struct.pack("<II", magic, 5) + b"hello"
+        path = tmp_path / "f.evs.zst"
+        path.write_bytes(compressed(plain, foreign))
+        with evs.open(path) as ds:
+            assert ds[0][1] == "x"
+            report = ds.verify()
+            assert report.ok, report
+    # a frame with the seek table's magic is an earlier seek table, and checked as one
+    fake = struct.pack("<II", 0x184D2A5E, 5) + b"hello"
+    path.write_bytes(compressed(plain, fake))
+    with evs.open(path) as ds:
+        assert ds[0][1] == "x"
+        assert ds.verify().problems == ["earlier seek table (frame 1) is damaged"]

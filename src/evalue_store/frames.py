@@ -24,6 +24,7 @@ from .seekable import (
     DEFAULT_MAX_FRAME_SIZE,
     EMPTY_CHECKSUM,
     MAX_FRAME_DECOMPRESSED_SIZE,
+    SEEK_TABLE_SKIPPABLE_MAGIC,
     SeekTable,
     aligned_bytes,
     aligned_empty,
@@ -268,7 +269,11 @@ class ZstdSource:
             except FormatError as exc:
                 problems.append(str(exc))
                 continue
-            if table.decompressed_sizes[k] == 0 and k:  # an earlier seek table
+            start = int(table.compressed_offsets[k])
+            magic = struct.unpack_from("<I", self.map, start)[0]
+            if table.decompressed_sizes[k] == 0 and magic == SEEK_TABLE_SKIPPABLE_MAGIC:
+                # An earlier seek table. Other skippable frames (the dictionary, a foreign
+                # tool's) are opaque: decompress_frame has checked all there is to check.
                 end = int(table.compressed_offsets[k + 1])
                 try:
                     old = read_seek_table(self.map, end)
