@@ -174,3 +174,21 @@ def test_foreign_skippable_frames_are_read_and_verified(tmp_path):
     with evs.open(path) as ds:
         assert ds[0][1] == "x"
         assert ds.verify().problems == ["earlier seek table (frame 1) is damaged"]
+
+
+def test_append_refuses_frames_over_the_reader_cap(tmp_path):
+    """FRAMES.md "Limits": one frame cap (64 MiB) for readers and appending writers (append
+    mode used to take frames of up to 1 GiB, which the default reader refuses)."""
+    tensor = payload_of([np.zeros(65 << 20, np.uint8)])
+    path = tmp_path / "big.evs.zst"
+    path.write_bytes(compressed(container([tensor])))
+    del tensor
+    with pytest.raises(evs.FormatError, match="max_frame_size"):
+        evs.open(path)
+    with evs.open(path, max_frame_size=128 << 20) as ds:
+        assert ds[0][0].nbytes == 65 << 20
+    before = path.read_bytes()
+    for attempt in (lambda: evs.Writer(path, mode="a"), lambda: evs.recover(path)):
+        with pytest.raises(evs.FormatError, match="over the reader cap"):
+            attempt()
+    assert path.read_bytes() == before

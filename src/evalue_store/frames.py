@@ -21,7 +21,6 @@ import zstandard
 
 from .errors import FormatError
 from .seekable import (
-    DEFAULT_MAX_FRAME_SIZE,
     EMPTY_CHECKSUM,
     MAX_FRAME_DECOMPRESSED_SIZE,
     SEEK_TABLE_SKIPPABLE_MAGIC,
@@ -128,7 +127,7 @@ class ZstdSource:
         size: int,
         *,
         cache_bytes: int = DEFAULT_CACHE_BYTES,
-        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        max_frame_size: int = MAX_FRAME_SIZE,
         map_tail: bool = False,
     ):
         """``map_tail``: map the bytes after the last seek table too (a writer salvaging a

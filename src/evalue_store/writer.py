@@ -62,6 +62,7 @@ from .frames import (
 )
 from .seekable import (
     EMPTY_CHECKSUM,
+    MAX_FRAME_DECOMPRESSED_SIZE,
     find_last_seek_table,
     frame_extent,
     new_decompressor,
@@ -283,7 +284,9 @@ def _died_before_first_commit(fd: int, size: int) -> bytes | None:
     written, the first seek table is not): the file's dictionary (b"" if none). None for any
     other file: one with a seek table, or one that does not start with our header."""
     with mmap.mmap(fd, size, access=mmap.ACCESS_READ) as data:
-        if find_last_seek_table(data, size, max_frame_size=MAX_FRAME_SIZE) is not None:
+        # Any valid table, whatever its frames' sizes: one over the cap is an error for
+        # _ZstdFile to raise, not a file to start afresh.
+        if find_last_seek_table(data, size, max_frame_size=MAX_FRAME_DECOMPRESSED_SIZE):
             return None
         dictionary = read_dictionary(data, size)
         start = 8 + len(dictionary) if dictionary else 0
