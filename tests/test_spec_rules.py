@@ -192,3 +192,22 @@ def test_append_refuses_frames_over_the_reader_cap(tmp_path):
         with pytest.raises(evs.FormatError, match="over the reader cap"):
             attempt()
     assert path.read_bytes() == before
+
+
+def test_blocks_over_block_maximum_size_are_rejected_in_small_frames(tmp_path):
+    """FRAMES.md check 13, for every frame: a block larger than Block_Maximum_Size
+    (min(Window_Size, 128 KiB)) is rejected, whatever the libzstd version would do (1.5.4
+    decodes such a raw block, and such a compressed one, that 1.5.7 rejects). Frames up to
+    64 KiB used to skip the walk."""
+    plain = container([payload_of([np.arange(40, dtype=np.int64), "x" * 500])])
+    assert len(plain) <= 2048
+    # a non-single-segment frame with a 1 KiB window holding one raw block of all the bytes
+    header = struct.pack("<IBBH", 0xFD2FB528, 0x44, 0, len(plain) - 256)
+    checksum = new_compressor().compress(plain)[-4:]
+    frame = header + struct.pack("<I", (len(plain) << 3) | 1)[:3] + plain + checksum
+    table = encode_seek_table([len(frame)], [len(plain)], [int.from_bytes(checksum, "little")])
+    path = tmp_path / "w.evs.zst"
+    path.write_bytes(frame + table)
+    assert len(plain) > 1024
+    with pytest.raises(evs.FormatError, match="Block_Maximum_Size"):
+        evs.open(path)

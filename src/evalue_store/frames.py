@@ -25,6 +25,7 @@ from .seekable import (
     MAX_FRAME_DECOMPRESSED_SIZE,
     SEEK_TABLE_SKIPPABLE_MAGIC,
     SeekTable,
+    _walk_blocks,
     aligned_bytes,
     aligned_empty,
     decompress_frame,
@@ -194,10 +195,11 @@ class ZstdSource:
         """Frame k's bytes in a buffer aligned to their logical offsets.
 
         A random read decompresses one small frame, so its fixed costs matter: frames up to
-        SMALL_FRAME bytes skip decompress_frame's block walk (their allocation is small
-        anyway). Their header must declare the seek table's size and checksum; libzstd then
-        decompresses the whole frame, checking content size and checksum. Bigger frames get
-        every check.
+        SMALL_FRAME bytes take a shorter path than decompress_frame's (their allocation is
+        small anyway) with the same checks: the header must declare the seek table's size
+        and checksum, and the block walk must pass (FRAMES.md check 13: libzstd versions
+        differ on blocks over Block_Maximum_Size); libzstd then decompresses the whole
+        frame, checking content size and checksum.
         """
         size = self._dsizes[k]
         if not 0 < size <= SMALL_FRAME:
@@ -211,6 +213,13 @@ class ZstdSource:
             params = zstandard.get_frame_parameters(frame)
             if params.content_size != size or not params.has_checksum:
                 raise zstandard.ZstdError("frame header disagrees with the seek table")
+            try:
+                head = zstandard.frame_header_size(frame)
+                _, lo, hi = _walk_blocks(frame, head, params.window_size, True)
+            except ValueError as exc:
+                raise zstandard.ZstdError(str(exc)) from None
+            if not lo <= size <= hi:
+                raise zstandard.ZstdError(f"blocks can produce {lo}..{hi} bytes, not {size}")
             sums = self._checksums  # None: a table without Checksum_Flag (valid, not ours)
             if sums is not None and int.from_bytes(frame[-4:], "little") != sums[k]:
                 raise zstandard.ZstdError("frame checksum disagrees with the seek table")
