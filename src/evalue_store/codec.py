@@ -381,7 +381,7 @@ def _decode(reader: _Reader) -> list:
 
 def check_payload(payload: Any, alignment: int) -> None:
     """Raise FormatError unless ``payload`` is a well-formed record payload (docs/FORMAT.md
-    section 3) for ``alignment``; offsets count from the payload's start."""
+    sections 4-5) for ``alignment``; offsets count from the payload's start."""
     _decode(_Reader(payload, 0, len(payload), -FRAME_SIZE, alignment))
 
 

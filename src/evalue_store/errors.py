@@ -4,7 +4,8 @@ from __future__ import annotations
 
 
 class FormatError(ValueError):
-    """Bytes that do not follow docs/FORMAT.md: truncated, corrupted or hostile input.
+    """Bytes that do not follow docs/FORMAT.md (or FRAMES.md, JAVA.md): truncated,
+    corrupted or hostile input.
 
     ``offset`` is the byte position the problem was found at (None when it has no single
     place), ``path`` the file it came from (None for in-memory buffers).

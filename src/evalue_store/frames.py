@@ -1,10 +1,10 @@
 """The zstd frame layer: the container's bytes stored as seekable zstd frames.
 
-The logical byte stream is exactly a plain container (docs/FORMAT.md sections 1-14). The
+The logical byte stream is exactly a plain container (docs/FORMAT.md). The
 physical file is a sequence of standard zstd frames plus, after every commit, a seek table
 (zstd seekable format), so ``zstd -d`` turns it back into the plain container while a reader
 decompresses only the frames it needs. Frames end on block boundaries; a block bigger than
-the target frame size is split into frames of its own. See docs/FORMAT.md section 16.
+the target frame size is split into frames of its own. See docs/FRAMES.md.
 """
 
 from __future__ import annotations

@@ -223,7 +223,7 @@ class Dataset:
 
     @property
     def compressed(self) -> bool:
-        """True when the file is stored as zstd frames (docs/FORMAT.md section 16)."""
+        """True when the file is stored as zstd frames (docs/FRAMES.md)."""
         self._ensure_open()
         return isinstance(self._source, ZstdSource)
 
@@ -401,7 +401,7 @@ class Dataset:
             raise FormatError(reason, offset, self.path)
 
     def raw(self, index: int) -> memoryview:
-        """Record ``index`` as stored: its payload bytes (docs/FORMAT.md section 3), as a
+        """Record ``index`` as stored: its payload bytes (docs/FORMAT.md section 4), as a
         read-only view valid while the dataset is open.
 
         Checked: the frame header must match the index entry and, with ``verify``, the
@@ -681,7 +681,7 @@ class Dataset:
             return False
 
     def _verify_padding(self, report: VerifyReport, commits: list[Commit]) -> None:
-        """Every byte between blocks must be zero (docs/FORMAT.md section 1). No checksum
+        """Every byte between blocks must be zero (docs/FORMAT.md section 2). No checksum
         covers these gaps and no read looks at them, so this is the only check they get."""
         header_length = HEADER_FIXED.unpack(bytes(self._source.read(0, HEADER_FIXED.size)))[5]
         blocks = [(0, header_length)]

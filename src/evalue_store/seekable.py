@@ -5,7 +5,7 @@ independent, standard zstd frames followed by a seek table in a skippable frame,
 defined by the zstd seekable format (facebook/zstd,
 ``contrib/seekable_format/zstd_seekable_compression_format.md``). The stock ``zstd -d``
 therefore decompresses a file to the plain container, and a reader can locate and
-decompress only the frames it needs. docs/FORMAT.md section 16 describes the layout.
+decompress only the frames it needs. docs/FRAMES.md describes the layout.
 
 Everything here is container-agnostic: the caller decides where frames end. Appending a
 commit means writing new frames after the previous seek table and ending the file with
@@ -61,7 +61,7 @@ Source = Union[bytes, bytearray, memoryview, "np.ndarray", BinaryIO]
 """A whole file: any object exposing the buffer protocol (bytes, mmap, numpy uint8
 array, memoryview) or a binary file object with ``seek``/``read``."""
 
-# --- constants from the specs (docs/FORMAT.md section 16 has sources) -------------
+# --- constants from the specs (docs/FRAMES.md has sources) -------------
 
 ZSTD_FRAME_MAGIC = 0xFD2FB528
 """Magic number of a Zstandard frame (zstd_compression_format.md, Zstandard frames)."""
