@@ -199,10 +199,10 @@ def test_demo_packs_reads_verifies_and_shows(tmp_path):
     out = tmp_path / "demo.evs"
     assert f"the demo file is {os.path.abspath(out)}" in proc.stdout
     assert "identical to the samples" in proc.stdout and "OK" in proc.stdout
-    assert "[0] Tensor int64[128]" in proc.stdout and "[3] String" in proc.stdout
+    assert "[0] tokens: Tensor int64[128]" in proc.stdout and "[3] id: String" in proc.stdout
     with evs.open(out) as ds:
         assert len(ds) == cli.DEMO_RECORDS and ds.verify().ok
-        assert ds.metadata["fields"] == ["tokens", "features", "label", "id"]
+        assert ds.fields == ("tokens", "features", "label", "id")
         assert ds[5][3] == "w1-00005" and ds[5][0].dtype == np.int64
 
 
@@ -212,7 +212,7 @@ def test_demo_packs_reads_verifies_and_shows(tmp_path):
 def test_info_head_show(packed):
     out, records = packed
     text = run("info", out).stdout
-    assert "records        12" in text and "[0] Tensor int64[8]" in text
+    assert "records        12" in text and "[0] tokens: Tensor int64[8]" in text
     info = json.loads(run("info", out, "--json", inprocess=True).stdout)
     assert {
         "file",
@@ -244,7 +244,9 @@ def test_info_head_show(packed):
     assert not info["compressed"] and info["logical_bytes"] == info["file_bytes"]
     parts = ("data_bytes", "index_bytes", "metadata_bytes", "overhead_bytes")
     assert sum(info[k] for k in parts) == info["file_bytes"]
-    assert info["metadata"] == {"split": "train", "fields": ["tokens", "features", "label", "id"]}
+    names = ["tokens", "features", "label", "id"]
+    assert info["metadata"] == {"split": "train", "evalue_store.fields": names}
+    assert [row["field"] for row in info["schema"]] == names
     assert [row["types"] for row in info["schema"]] == [
         ["Tensor int64[8]"],
         ["Tensor float32[4]"],
@@ -330,6 +332,7 @@ def test_stats_text_json_and_sample(varied):
     assert [p["position"] for p in pos] == list(range(9))
     assert set(pos[0]) == {
         "position",
+        "field",
         "count",
         "kinds",
         "dtypes",
@@ -536,7 +539,10 @@ def test_pack_rules_for_npz_npy_and_globs(packed, tmp_path):
     run("pack", str(npy / "*.npy"), "-o", glob_out, inprocess=True)
     with evs.open(glob_out) as ds:
         assert ds[0][0].dtype == np.float16 and ds[0][0].shape == (3, 3) and ds[1] == [5]
-    run("pack", npy / "a.npy", "-o", out, "--append", inprocess=True)
+    # pack named the fields after the .npz arrays: a record of other fields does not fit
+    bad = run("pack", npy / "a.npy", "-o", out, "--append", code=2, inprocess=True).stderr
+    assert "needs 4 values (tokens, features, label, id), not 1" in bad
+    run("pack", sorted((tmp_path / "samples").glob("*.npz"))[0], "-o", out, "--append")
     with evs.open(out) as ds:
         assert len(ds) == 13 and ds.metadata["split"] == "train"
     run("pack", npy / "a.npy", "-o", out, "--force", inprocess=True)

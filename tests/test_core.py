@@ -109,7 +109,7 @@ def test_w1_record_and_api(tmp_path):
         ds[-51]
 
 
-def test_zero_copy_aligned_writable_views(tmp_path):
+def test_zero_copy_aligned_read_only_views(tmp_path):
     path = tmp_path / "z.evs"
     with evs.Writer(path) as w:
         for n in (1, 3, 17, 100):
@@ -119,11 +119,12 @@ def test_zero_copy_aligned_writable_views(tmp_path):
         a, _, b = ds[i]
         for t in (a, b):
             assert t.ctypes.data % ds.alignment == 0
-            assert t.flags.writeable  # private copy-on-write mapping
+            assert not t.flags.writeable  # later reads share these bytes (tests/test_private.py)
         assert np.shares_memory(a, ds[i][0])  # two reads, one mapping: no copy
     a = ds[0][0]
-    a[0] = 99  # writes stay private to the process
-    assert evs.open(path)[0][0][0] == 0
+    with pytest.raises(ValueError, match="read-only"):
+        a[0] = 99
+    assert ds[0][0][0] == 0
 
 
 def test_channels_last_comes_back_as_strided_view(tmp_path):
@@ -180,7 +181,7 @@ def test_value_mapping_and_wrappers(tmp_path):
         ([object()], "no EValue kind"),
         ([np.zeros(2, "datetime64[s]")], "ScalarType"),
         ([np.zeros(2, "U3")], "ScalarType"),
-        ("abc", "list of values"),
+        ("abc", "list, tuple or dict of values"),
         ([evs.Int(2.5)], "integer"),
         (["\ud800"], "UTF-8"),
     ],
@@ -338,7 +339,9 @@ def test_read_only_file_opens_for_reading(tmp_path):
         os.chmod(path, 0o644)
 
 
-def test_torch_from_numpy_takes_views_without_copy_or_warning(tmp_path):
+def test_as_torch_takes_views_without_warning_and_from_numpy_warns(tmp_path):
+    # Views are read-only (tests/test_private.py): torch.from_numpy warns about them, and
+    # evalue_store.torch.as_torch hands out writable private tensors without a warning.
     torch = pytest.importorskip("torch", reason="torch extra not installed")
     path = tmp_path / "t.evs"
     with evs.Writer(path) as w:
@@ -346,10 +349,17 @@ def test_torch_from_numpy_takes_views_without_copy_or_warning(tmp_path):
     code = textwrap.dedent(
         f"""
         import warnings, numpy as np, torch, evalue_store as evs
+        from evalue_store.torch import as_torch
         warnings.simplefilter("error")
         a = evs.open({str(path)!r})[0][0]
-        t = torch.from_numpy(a)
-        assert t.data_ptr() == a.ctypes.data
+        t = as_torch(a)
+        t.add_(0)
+        try:
+            torch.from_numpy(a)
+        except UserWarning as exc:
+            assert "not writable" in str(exc)
+        else:
+            raise AssertionError("no warning")
         print("ok", float(t.sum()))
         """
     )

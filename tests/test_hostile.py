@@ -349,3 +349,83 @@ def test_truncating_a_mapped_file_is_sigbus_for_mmap_and_format_error_for_pread(
     proc = subprocess.run([sys.executable, "-c", code, "pread"], capture_output=True)
     assert proc.returncode == -7, (proc.returncode, proc.stderr[-500:])
     os.remove(path)
+
+
+def _with_metadata(path: Path, meta: bytes) -> None:
+    """Rewrite a one-commit file's last footer to point at ``meta`` (checksums valid)."""
+    with evs.open(path) as ds:
+        commit, file_id = ds.commit, ds.header.file_id
+    data = bytearray(path.read_bytes())
+    del data[commit.footer_offset :]
+    meta_at = align_up(len(data), 64)
+    data += bytes(meta_at - len(data)) + meta
+    footer_at = align_up(len(data), 64)
+    data += bytes(footer_at - len(data))
+    new = replace(
+        commit,
+        metadata_offset=meta_at,
+        metadata_length=len(meta),
+        metadata_crc=crc32(meta),
+        footer_offset=footer_at,
+    )
+    data += encode_footer(footer_at, file_id, new)
+    path.write_bytes(data)
+
+
+@pytest.mark.parametrize(
+    "meta",
+    [
+        b'{"x": NaN}',
+        b'{"x": [Infinity]}',
+        b'{"x": -Infinity}',
+        b'{"x": 1e999}',
+        b'{"x": "\\ud800"}',
+        b'{"\\udfff": 1}',
+        b'{"x": "a\\udc00b"}',
+    ],
+)
+def test_metadata_a_writer_could_not_write_is_a_format_error(tmp_path, meta):
+    """One rule (docs/FORMAT.md section 7): the writer refuses NaN, so a reader rejects NaN,
+    Infinity, out-of-range numbers and lone surrogates where metadata is read, and verify
+    reports it; copy then fails for that reason (before: open and verify passed, and copy,
+    compress and merge exited 2 with an encoding error)."""
+    path = tmp_path / "m.evs"
+    with evs.Writer(path, metadata={"a": 1}) as w:
+        w.append([1])
+    _with_metadata(path, meta)
+    with evs.open(path) as ds:
+        assert ds[0] == [1]
+        with pytest.raises(evs.FormatError, match="not strict JSON") as info:
+            _ = ds.metadata
+        assert info.value.path == str(path)
+        report = ds.verify()
+        assert not report.ok and "not strict JSON" in report.problems[0]
+    from evalue_store.cli import main
+
+    assert main(["copy", str(path), "-o", str(tmp_path / "out.evs")]) == 1
+
+
+def test_a_surrogate_pair_in_metadata_is_text(tmp_path):
+    path = tmp_path / "m.evs"
+    with evs.Writer(path, metadata={"a": 1}) as w:
+        w.append([1])
+    _with_metadata(path, b'{"x": "\\ud83d\\ude00"}')
+    with evs.open(path) as ds:
+        assert ds.metadata == {"x": "\U0001f600"} and ds.verify().ok
+
+
+@pytest.mark.parametrize("compression", [None, "zstd"])
+def test_refresh_sees_a_file_replaced_by_one_of_the_same_size(tmp_path, compression):
+    """Atomically replaced (rename) by another file of the same size and commit layout:
+    refresh() returns True and shows the new file (before: False, keeping the old view)."""
+    path, other = tmp_path / "a.evs", tmp_path / "b.evs"
+    for p, value in ((path, 1), (other, 2)):
+        with evs.Writer(p, compression=compression) as w:
+            w.append([value])
+    with evs.open(path) as a, evs.open(other) as b:  # what refresh compared before
+        assert a.commit.end == b.commit.end
+    with evs.open(path) as ds:
+        assert ds[0] == [1] and not ds.refresh()
+        os.replace(other, path)
+        assert ds.refresh() and ds[0] == [2]
+        assert not ds.refresh()

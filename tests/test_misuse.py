@@ -222,3 +222,100 @@ def test_shard_resume_after_a_compressed_shard_died_while_created(tmp_path):
         w.extend(rec(i) for i in range(start, 15))
     ds = evs.open_shards(str(tmp_path / "s-*.evs.zst"))
     assert [ds[i][1] for i in range(len(ds))] == list(range(15))
+
+
+def test_a_replacer_that_locks_a_file_already_replaced_refuses(tmp_path):
+    """B opens the file, C replaces it (mode "w") and keeps writing; B then gets the old
+    file's lock: B must notice the path names C's file now and refuse, not replace it."""
+    import fcntl
+
+    from evalue_store.files import replace_locked
+
+    path = str(tmp_path / "d.evs")
+    with evs.Writer(path) as w:
+        w.append(rec(0))
+    other = str(tmp_path / "b.evs")
+    with evs.Writer(other) as w:
+        w.append(rec(9))
+    real_flock, held = fcntl.flock, []
+
+    def flock_after_c_replaced(fd, op):
+        if not held:  # B's first lock: C replaces the file in between
+            held.append(None)
+            fcntl.flock = real_flock
+            held[0] = evs.Writer(path, "w")
+            held[0].append(rec(1))
+            held[0].commit()
+        return real_flock(fd, op)
+
+    fcntl.flock = flock_after_c_replaced
+    try:
+        with pytest.raises(evs.WriterLockedError):
+            replace_locked(other, path)
+    finally:
+        fcntl.flock = real_flock
+    c = held[0]
+    c.append(rec(2))
+    c.close()
+    with evs.open(path) as ds:
+        assert [r[1] for r in ds] == [1, 2]
+
+
+def test_recovery_whose_side_file_cannot_be_saved_raises_the_real_error(tmp_path, monkeypatch):
+    """Ctrl-C or a full disk while recovery saves the bytes it will cut: that exception (not
+    a BufferError), the file untouched, no empty side file left behind."""
+    path = tmp_path / "d.evs"
+    with evs.Writer(path) as w:
+        w.append(rec(0))
+    w = evs.Writer(path, "a")
+    w.append(rec(1))
+    w._sink.flush()
+    w._release()
+    with open(path, "ab") as f:
+        f.write(b"\x07" * 100)  # damaged bytes, for the side file
+    before = path.read_bytes()
+    real_fsync = os.fsync
+    for exc in (KeyboardInterrupt, OSError):
+
+        def fail(fd, exc=exc):
+            raise exc()
+
+        monkeypatch.setattr(os, "fsync", fail)  # the first fsync is the side file's
+        with pytest.raises(exc):
+            evs.recover(path)
+        monkeypatch.setattr(os, "fsync", real_fsync)
+        assert path.read_bytes() == before
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["d.evs"]
+    report = evs.recover(path)
+    assert report.salvaged_records == 1 and report.side_file
+
+
+def test_writer_on_a_fifo_neither_hangs_nor_writes_into_it(tmp_path):
+    import signal
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    signal.alarm(20)  # a hang fails the test instead of stalling the run
+    try:
+        for mode in ("a", "x"):
+            with pytest.raises((evs.FormatError, FileExistsError)):
+                evs.Writer(fifo, mode)
+        with evs.Writer(fifo, "w") as w:  # "w" replaces whatever the name held
+            w.append(rec(0))
+    finally:
+        signal.alarm(0)
+    with evs.open(fifo) as ds:
+        assert len(ds) == 1
+
+
+def test_mode_w_through_a_symlink_replaces_the_target(tmp_path):
+    target = tmp_path / "real.evs"
+    with evs.Writer(target) as w:
+        w.append(rec(0))
+    link = tmp_path / "link.evs"
+    link.symlink_to(target)
+    with evs.Writer(link, "w") as w:
+        w.append(rec(5))
+    assert link.is_symlink()
+    with evs.open(target) as ds:
+        assert [r[1] for r in ds] == [5]

@@ -26,6 +26,7 @@ def block(after: str) -> str:
     "heading",
     [
         "## API tour",
+        "### Named records",
         "### Compression",
         "most of what whole-file compression",
         "### Java interchange",

@@ -138,11 +138,11 @@ def test_every_source_form_gives_the_same_records(tmp_path):
     single = open_shards(files[1])
     assert ids(single) == [5, 6, 7, 8, 9]
     merge_manifests(w.manifest_path, tmp_path / "d" / "manifest.json")
-    os.rename(files[2], tmp_path / "d" / "s-02.moved")
     ds = open_shards(tmp_path / "d")  # now the directory's manifest.json, read lazily
     assert len(ds) == 12 and ds[9][1] == 9
-    with pytest.raises(FileNotFoundError):
-        ds[10]
+    os.rename(files[2], tmp_path / "d" / "s-02.moved")
+    with pytest.raises(evs.FormatError, match=r"shards\[2\].path .*s-02.evs"):
+        open_shards(tmp_path / "d")  # a missing shard fails at open, not at its first read
     with pytest.raises(FileNotFoundError, match="no files match"):
         open_shards(str(tmp_path / "nothing-*.evs"))
     with pytest.raises(ValueError, match="more than once"):

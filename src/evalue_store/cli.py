@@ -13,6 +13,7 @@ import datetime
 import errno
 import glob
 import html
+import itertools
 import json
 import math
 import os
@@ -24,7 +25,7 @@ import tempfile
 import threading
 import zipfile
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Callable
@@ -37,6 +38,7 @@ import evalue_store as evs
 from . import java
 from .container import ENTRY_SIZE, FRAME_SIZE, MAGIC
 from .dtypes import CODE_TO_NAME, dtype_code
+from .fields import FIELDS_KEY
 from .files import fsync_dir, lock, replace_locked
 from .frames import MAX_FRAME_SIZE, is_compressed
 from .writer import MIN_FRAME_SIZE
@@ -678,19 +680,33 @@ class Position:
         }
 
 
-def sample_indices(n: int, sample: int | None) -> np.ndarray:
-    """All indices, or ``sample`` of them evenly spread (deterministic, in file order)."""
+def sample_indices(n: int, sample: int | None) -> Sequence[int]:
+    """All indices (a range: n may be billions), or ``sample`` of them evenly spread
+    (deterministic, in file order)."""
     if not sample or sample >= n:
-        return np.arange(n)
+        return range(n)
     return np.unique(np.linspace(0, n - 1, sample).round().astype(np.int64))
+
+
+def field_names(ds: evs.Dataset) -> tuple[str, ...]:
+    """The file's field names, or () if it has none (or its metadata is unreadable)."""
+    try:
+        return ds.fields or ()
+    except evs.FormatError:
+        return ()
+
+
+def field_label(row: dict) -> str:
+    """``[2]``, or ``[2] label:`` when the position has a field name."""
+    return f"[{row['position']}] {row['field']}:" if row.get("field") else f"[{row['position']}]"
 
 
 def collect_stats(ds: evs.Dataset, sample: int | None, bar: tqdm) -> dict:
     """Stream over the records once; memory depends on record width, not on record count."""
     sizes = Numbers()
-    entries = ds.entries()
-    for start in range(0, len(entries), Numbers.CHUNK):
-        sizes.add_array(entries["length"][start : start + Numbers.CHUNK] + FRAME_SIZE)
+    for entries in ds.iter_entries():  # a compressed index may not fit in memory whole
+        for start in range(0, len(entries), Numbers.CHUNK):
+            sizes.add_array(entries["length"][start : start + Numbers.CHUNK] + FRAME_SIZE)
     indices = sample_indices(len(ds), sample)
     positions: list[Position] = []
     unreadable, examples = 0, []
@@ -715,7 +731,11 @@ def collect_stats(ds: evs.Dataset, sample: int | None, bar: tqdm) -> dict:
         "unreadable_records": unreadable,
         "unreadable_examples": examples,
         "record_bytes": sizes.to_json(),
-        "positions": [p.to_json(k) for k, p in enumerate(positions)],
+        "positions": [
+            {"field": name, **p.to_json(k)}
+            for k, (p, name) in enumerate(itertools.zip_longest(positions, field_names(ds)))
+            if p is not None
+        ],
     }
 
 
@@ -809,7 +829,7 @@ def print_stats(report: dict) -> None:
     print_lines(histogram_lines(report["record_bytes"], "  "))
     for pos in report["positions"]:
         print()
-        print(f"[{pos['position']}] {counter_text(pos['kinds'])}")
+        print(f"{field_label(pos)} {counter_text(pos['kinds'])}")
         if pos["dtypes"]:
             print(f"    dtypes: {counter_text(pos['dtypes'])}")
         if pos["shapes"]:
@@ -902,7 +922,9 @@ def stats_html(report: dict) -> str:
         "</section>",
     ]
     for pos in report["positions"]:
-        parts.append(f"<section><h2>Position {pos['position']}</h2><div>")
+        title = f"Field {pos['field']} (position {pos['position']})" if pos.get("field") else ""
+        title = html.escape(title or f"Position {pos['position']}")
+        parts.append(f"<section><h2>{title}</h2><div>")
         parts.append(html_counter("kind", pos["kinds"]))
         parts.append(html_counter("dtype", pos["dtypes"]))
         shapes = dict(pos["shapes"])
@@ -937,15 +959,19 @@ def schema(ds: evs.Dataset, samples: int = 8) -> tuple[list[dict], int, list[str
             seen.append({})
         for types, value in zip(seen, record):
             types[type_text(value)] = None
-    rows = [{"position": k, "types": list(types)} for k, types in enumerate(seen)]
+    names = field_names(ds)
+    rows = [
+        {"position": k, "field": names[k] if k < len(names) else None, "types": list(types)}
+        for k, types in enumerate(seen)
+    ]
     return rows, len(indices), problems
 
 
 def info_report(ds: evs.Dataset) -> tuple[dict, list[str]]:
-    entries = ds.entries()
     commit, header = ds.commit, ds.header
     file_bytes = os.path.getsize(ds.path)
-    data = int(entries["length"].sum(dtype=np.uint64)) + FRAME_SIZE * len(entries)
+    lengths = sum(int(e["length"].sum(dtype=np.uint64)) for e in ds.iter_entries())
+    data = lengths + FRAME_SIZE * len(ds)
     index = sum(seg.count for seg in commit.segments) * ENTRY_SIZE
     committed = ds.logical_size  # of the decompressed stream, for a compressed file
     problems = []
@@ -1012,7 +1038,7 @@ def print_info(report: dict, problems: list[str]) -> None:
         print("               (a writer crashed or is still writing; see `evalue-store recover`)")
     print(f"schema (from {report['schema_sampled_records']} sampled records)")
     for row in report["schema"]:
-        print(f"  [{row['position']}] {' | '.join(row['types'])}")
+        print(f"  {field_label(row)} {' | '.join(row['types'])}")
     for problem in problems:
         print(f"problem: {problem}")
 
@@ -1320,9 +1346,9 @@ def pack_files(files: list[str], args: argparse.Namespace) -> tuple[int, int]:
                 ) from exc
             raise
         if not args.append and len(fields) == 1 and sum(fields.values()) == len(files):
-            # Every input was an .npz with the same arrays: keep their names for export.
+            # Every input was an .npz with the same arrays: their names name the fields.
             metadata = dict(args.metadata or {})
-            metadata.setdefault("fields", list(next(iter(fields))))
+            metadata.setdefault(FIELDS_KEY, list(next(iter(fields))))
             writer.set_metadata(metadata)
     return written, os.path.getsize(args.output)
 
@@ -1380,7 +1406,9 @@ def export_records(ds: evs.Dataset, args: argparse.Namespace, bar: tqdm) -> int:
                 out.write(line.encode("utf-8") + b"\n")
                 bar.update()
         return n
-    names = ds.metadata.get("fields") if args.format == "npz" else None
+    names = None
+    if args.format == "npz":  # "fields": what pack stored before FIELDS_KEY existed
+        names = list(field_names(ds)) or ds.metadata.get("fields")
     for i, record in enumerate(ds):
         try:
             if args.format == "java":
@@ -1708,7 +1736,12 @@ def cmd_merge(args: argparse.Namespace) -> int:
     refuse_overwrite(args.output, args.force)
     datasets = [open_dataset(path) for path in args.inputs]
     try:
-        metadata = args.metadata if args.metadata is not None else datasets[0].metadata
+        metadata = dict(args.metadata if args.metadata is not None else datasets[0].metadata)
+        names = {field_names(ds) for ds in datasets}
+        if len(names) == 1 and FIELDS_KEY not in metadata and names != {()}:
+            metadata[FIELDS_KEY] = list(names.pop())  # --metadata replaces the rest only
+        elif len(names) > 1 and args.metadata is None:
+            metadata.pop(FIELDS_KEY, None)  # records named differently, or not: positional
         total = sum(len(ds) for ds in datasets)
         with (
             output_writer(
@@ -1728,6 +1761,8 @@ def cmd_merge(args: argparse.Namespace) -> int:
     print(
         f"merged {plural(total, 'record')} from {plural(len(datasets), 'file')} into {args.output}"
     )
+    if len(names) > 1:
+        print(f"the inputs name their fields differently: {args.output} names none")
     return EXIT_OK
 
 

@@ -161,10 +161,8 @@ def encode_record(values: Sequence[Any], alignment: int) -> tuple[list[Any], int
     padding up to the next multiple of ``alignment``; big tensor data chunks are views of
     the caller's arrays, not copies.
     """
-    if type(values) is not list and (
-        isinstance(values, (str, bytes, np.ndarray)) or not hasattr(values, "__len__")
-    ):
-        raise EncodeError(f"a record is a list of values, not {type(values).__name__}")
+    if type(values) is not list and not isinstance(values, (list, tuple)):
+        raise EncodeError(f"a record is a list or tuple of values, not {type(values).__name__}")
     if len(values) > MAX_VALUES:
         raise EncodeError(f"a record holds at most {MAX_VALUES} values")
     chunks: list[Any] = []  # pieces before ``cur``: only when a big tensor was added

@@ -6,6 +6,7 @@ FormatError naming the offset and the reason. All integers are little-endian.
 
 from __future__ import annotations
 
+import json
 import os
 import struct
 import zlib
@@ -48,6 +49,8 @@ FOOTER_MAGIC = b"EVSFOOT1"
 SEGMENT = struct.Struct("<QQII")  # offset, record count, crc32 of its entries, level
 TRAILER = struct.Struct("<QII8s")  # footer offset, footer length, crc32, end magic
 TRAILER_MAGIC = b"EVSEND01"
+MAX_FOOTER = FOOTER_FIXED.size + MAX_SEGMENTS * SEGMENT.size + TRAILER.size
+SEARCH_CHUNK = 1 << 20  # bytes of tail read at a time by the backward search
 
 
 def align_up(value: int, alignment: int) -> int:
@@ -156,6 +159,28 @@ def encode_footer(offset: int, file_id: bytes, commit: Commit) -> bytes:
     return head + struct.pack("<I", crc32(head)) + TRAILER_MAGIC
 
 
+def parse_metadata(raw: bytes, offset: int) -> dict:
+    """The metadata block's JSON object (docs/FORMAT.md section 7), or FormatError.
+
+    It must be what a writer could have written: strict JSON (no NaN or Infinity, no number
+    beyond a double) whose strings are Unicode text (no lone surrogate, even escaped), so
+    that whatever reads it can also write it again (copy, compress, merge).
+    """
+    try:
+        value = json.loads(raw.decode("utf-8"))
+    except (ValueError, RecursionError) as exc:
+        # RecursionError: hostile nesting ([[[[...) deeper than json can parse
+        raise FormatError(f"metadata is not JSON: {exc}", offset) from None
+    try:
+        json.dumps(value, ensure_ascii=False, allow_nan=False).encode("utf-8")
+    except (ValueError, RecursionError) as exc:  # UnicodeEncodeError is a ValueError
+        reason = f"metadata is not strict JSON text (NaN, Infinity or a lone surrogate): {exc}"
+        raise FormatError(reason, offset) from None
+    if not isinstance(value, dict):
+        raise FormatError("metadata is not a JSON object", offset)
+    return value
+
+
 def empty_commit(data_start: int) -> Commit:
     """The state of a file with no valid footer: no records, everything after the header is tail."""
     return Commit(0, 0, 0, data_start, 0, 0, 0, 0, ())
@@ -172,6 +197,16 @@ def parse_footer_at(
     if trailer_end - TRAILER.size < header.data_start:
         return None
     trailer = bytes(read(trailer_end - TRAILER.size, TRAILER.size))
+    found = _footer_candidate(read, trailer, trailer_end, header)
+    return None if found is None else _parse_footer(read, trailer_end, header, *found)
+
+
+def _footer_candidate(
+    read: Callable[[int, int], bytes], trailer: bytes, trailer_end: int, header: Header
+) -> tuple[int, int, int] | None:
+    """(offset, length, crc) of the footer a trailer points to, if every field that costs no
+    hashing is right: the trailer's own fields, then the footer's magic, file_id and segment
+    count. Only a candidate passing these is worth its checksum."""
     offset, length, stored_crc, magic = TRAILER.unpack(trailer)
     if magic != TRAILER_MAGIC or offset % header.alignment or offset < header.data_start:
         return None
@@ -181,14 +216,27 @@ def parse_footer_at(
     n_segments = (length - fixed_and_trailer) // SEGMENT.size
     if n_segments > MAX_SEGMENTS or fixed_and_trailer + n_segments * SEGMENT.size != length:
         return None
+    fixed = bytes(read(offset, FOOTER_FIXED.size))
+    if fixed[:8] != FOOTER_MAGIC or fixed[8:24] != header.file_id:
+        return None
+    if FOOTER_FIXED.unpack(fixed)[-1] != n_segments:
+        return None
+    return offset, length, stored_crc
+
+
+def _parse_footer(
+    read: Callable[[int, int], bytes],
+    trailer_end: int,
+    header: Header,
+    offset: int,
+    length: int,
+    stored_crc: int,
+) -> Commit | None:
+    """The commit of a candidate footer, or None if its checksum does not match."""
     body = bytes(read(offset, length))
     if crc32(body[: length - 12]) != stored_crc:
         return None
-    (magic, file_id, number, count, prev, meta_off, meta_len, meta_crc, n) = (
-        FOOTER_FIXED.unpack_from(body)
-    )
-    if magic != FOOTER_MAGIC or file_id != header.file_id or n != n_segments:
-        return None
+    (_, _, number, count, prev, meta_off, meta_len, meta_crc, n) = FOOTER_FIXED.unpack_from(body)
     segments = tuple(
         Segment(*SEGMENT.unpack_from(body, FOOTER_FIXED.size + k * SEGMENT.size)) for k in range(n)
     )
@@ -226,6 +274,10 @@ def _check_commit(commit: Commit, header: Header) -> None:
         raise FormatError(
             f"footer counts {commit.record_count} records but its segments hold {total}", where
         )
+    spans = sorted((seg.offset, seg.offset + seg.count * ENTRY_SIZE) for seg in commit.segments)
+    for (_, end), (start, _) in zip(spans, spans[1:]):
+        if start < end:  # else an index of n entries could count as 4096 n records
+            raise FormatError(f"index segments overlap at {start}", where)
     if commit.metadata_length:
         if commit.metadata_length > MAX_METADATA or commit.metadata_offset < header.data_start:
             raise FormatError("metadata block out of bounds", where)
@@ -240,30 +292,52 @@ def _check_commit(commit: Commit, header: Header) -> None:
         raise FormatError(f"{reason}: only commit 1 has none", where)
 
 
-def find_last_commit(
-    read: Callable[[int, int], bytes],
-    size: int,
-    header: Header,
-    rfind: Callable[[bytes, int, int], int],
-) -> Commit:
+def find_last_commit(read: Callable[[int, int], bytes], size: int, header: Header) -> Commit:
     """The last valid commit in a file of ``size`` bytes.
 
     A cleanly closed file ends with its footer: one check. After a crash (or while a writer
     is appending) the file has a tail after its last footer; the search walks backwards
-    from the end over trailer magics, so it costs time proportional to that tail only.
+    from the end over trailer magics (docs/FORMAT.md section 9). It reads the tail once,
+    in chunks; each magic costs O(1) checks, and the bytes hashed for candidate footers are
+    capped at twice the tail searched plus two of the largest footers, so a hostile tail of
+    fake trailers costs time linear in its size and then raises FormatError.
     """
     commit = parse_footer_at(read, size, header)
     if commit is not None:
         return commit
-    end = size
-    while True:
-        hit = rfind(TRAILER_MAGIC, header.data_start, end - 1)
-        if hit < 0:
-            return empty_commit(header.data_start)
-        commit = parse_footer_at(read, hit + len(TRAILER_MAGIC), header)
-        if commit is not None:
-            return commit
-        end = hit + len(TRAILER_MAGIC) - 1
+    hashed = 0
+    hi = size
+    while hi - header.data_start >= len(TRAILER_MAGIC):
+        lo = max(header.data_start, hi - SEARCH_CHUNK)
+        chunk = bytes(read(lo, hi - lo))
+        pos = len(chunk)
+        while (hit := chunk.rfind(TRAILER_MAGIC, 0, pos)) >= 0:
+            pos = hit + len(TRAILER_MAGIC) - 1
+            trailer_end = lo + hit + len(TRAILER_MAGIC)
+            start = trailer_end - TRAILER.size
+            if trailer_end == size or start < header.data_start:
+                continue
+            if start >= lo:
+                trailer = chunk[start - lo : hit + len(TRAILER_MAGIC)]
+            else:
+                trailer = bytes(read(start, TRAILER.size))
+            found = _footer_candidate(read, trailer, trailer_end, header)
+            if found is None:
+                continue
+            hashed += found[1]
+            if hashed > 2 * (size - trailer_end) + 2 * MAX_FOOTER:
+                raise FormatError(
+                    f"no valid commit found after checksumming {hashed} bytes of candidate "
+                    f"footers in the last {size - trailer_end} bytes (a hostile tail?)",
+                    trailer_end,
+                )
+            commit = _parse_footer(read, trailer_end, header, *found)
+            if commit is not None:
+                return commit
+        if lo == header.data_start:
+            break
+        hi = lo + len(TRAILER_MAGIC) - 1  # a magic cut by the chunk boundary is found next
+    return empty_commit(header.data_start)
 
 
 def check_frame(

@@ -24,6 +24,8 @@ from .errors import WriterLockedError
 # Errors from fsync on a directory that mean "this filesystem does not do that", not "the
 # data may be lost": the file's own fsync is all such a filesystem offers.
 _DIR_FSYNC_UNSUPPORTED = {errno.EINVAL, errno.ENOTSUP, errno.EBADF}
+# Errors from link(2) that mean "this filesystem has no hard links".
+_NO_HARD_LINKS = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK}
 
 
 def lock(fd: int, path: str) -> None:
@@ -94,22 +96,42 @@ def create_temp(path: str, mode: int) -> tuple[int, str]:
 
 
 def replace_locked(source: str, path: str, *, durable: bool = True) -> None:
-    """Rename ``source`` over ``path`` unless a live writer holds ``path``.
+    """Put ``source`` at ``path`` unless a live writer holds ``path``.
 
     Raises WriterLockedError (and leaves both files alone) when a Writer has ``path`` open:
     replacing it would send that writer's later commits to an unlinked inode. ``path``'s
-    lock is held across the rename, and the directory is fsynced after it.
+    lock is held across the rename, after checking that ``path`` still names the locked
+    file (a writer may have replaced it meanwhile); where nothing is at ``path``, ``source``
+    is linked there only if nothing appeared meanwhile. Then the directory is fsynced.
     """
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        fd = -1
-    try:
-        if fd >= 0:
-            lock(fd, path)
-        os.replace(source, path)
-        if durable:
-            fsync_dir(path)
-    finally:
-        if fd >= 0:
+    for _ in range(100):
+        try:
+            fd = open_locked(path, os.O_RDONLY | os.O_NONBLOCK)  # NONBLOCK: a FIFO is no wait
+        except FileNotFoundError:
+            if _link_new(source, path):
+                break
+            continue  # a file appeared at path: lock it first
+        try:
+            os.replace(source, path)
+        finally:
             os.close(fd)
+        break
+    else:
+        raise WriterLockedError(f"{path}: replaced by other processes over and over")
+    if durable:
+        fsync_dir(path)
+
+
+def _link_new(source: str, path: str) -> bool:
+    """Give ``source`` the name ``path`` if nothing has it: False if something does."""
+    try:
+        os.link(source, path)
+    except FileExistsError:
+        return False
+    except OSError as exc:
+        if exc.errno not in _NO_HARD_LINKS:
+            raise
+        os.replace(source, path)  # no hard links here (FAT): a rename is the best there is
+        return True
+    os.unlink(source)
+    return True

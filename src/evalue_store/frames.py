@@ -19,6 +19,8 @@ from typing import Any
 import numpy as np
 import zstandard
 
+from .bounded import open_regular
+from .container import Commit, Header, parse_footer_at
 from .errors import FormatError
 from .seekable import (
     EMPTY_CHECKSUM,
@@ -72,7 +74,7 @@ def read_dictionary(src: Any, size: int) -> bytes | None:
     return bytes(src[8 : 8 + length])
 
 
-def _table_from_lists(csizes: list, dsizes: list, checksums: list) -> SeekTable:
+def table_from_lists(csizes: list, dsizes: list, checksums: list) -> SeekTable:
     """A SeekTable over frames the writer tracks in memory (no table in the file yet)."""
     c = np.asarray(csizes, np.int64)
     d = np.asarray(dsizes, np.int64)
@@ -183,7 +185,7 @@ class ZstdSource:
         if buf is not None:
             self._cache.move_to_end(k)
             return buf
-        buf = self._decompress(k)
+        buf = self._decompress(k).toreadonly()  # later reads of the frame share it
         self._cache[k] = buf
         self._cached += buf.nbytes
         while self._cached > self.cache_bytes and len(self._cache) > 1:
@@ -254,7 +256,7 @@ class ZstdSource:
             else:
                 out[pos - offset : pos - offset + take] = self._frame(k)[pos - f_start :][:take]
             pos += take
-        return memoryview(out), 0
+        return memoryview(out).toreadonly(), 0  # read-only like the cached frames
 
     def read(self, offset: int, n: int) -> memoryview:
         buf, pos = self.frame(offset, n)
@@ -302,10 +304,15 @@ class ZstdSource:
                     problems.append(f"earlier seek table (frame {k}) is damaged")
         return problems
 
-    def rfind(self, needle: bytes, start: int, end: int) -> int:
-        raise FormatError(
-            "the last seek table does not end with a container footer", self.table.table_offset
-        )
+    def last_commit(self, header: Header) -> Commit:
+        """The commit the last seek table ends with: a compressed file has no tail to search
+        (frames after the last table are a crash's, and the table's end is a commit's)."""
+        commit = parse_footer_at(self.read, self.size, header)
+        if commit is None:
+            raise FormatError(
+                "the last seek table does not end with a container footer", self.table.table_offset
+            )
+        return commit
 
     def close(self) -> None:
         self._cache.clear()
@@ -487,7 +494,7 @@ class ZstdSink:
     def read(self, offset: int, n: int) -> bytes:
         """Logical bytes already in frames (the writer reads old index segments to merge)."""
         self.flush()
-        table = _table_from_lists(self.csizes, self.dsizes, self.checksums)
+        table = table_from_lists(self.csizes, self.dsizes, self.checksums)
         src = _FdSource(self.fd)
         out = bytearray()
         offsets = table.decompressed_offsets
@@ -530,9 +537,11 @@ def train_dictionary(records: Any, size: int = 64 << 10, alignment: int = 64) ->
     hundred typical records recovers most of what whole-file compression would gain.
     """
     from .codec import encode_record
+    from .fields import Fields
 
     samples = []
-    for values in records:
+    for record in records:
+        values, _ = Fields().values(record)  # a dict record: its values, as a writer stores
         chunks, _, _ = encode_record(values, alignment)
         samples.append(b"".join(bytes(memoryview(c).cast("B")) for c in chunks))
     if len(samples) < 8:
@@ -548,7 +557,7 @@ def train_dictionary(records: Any, size: int = 64 << 10, alignment: int = 64) ->
 
 def read_dictionary_file(path: str | os.PathLike) -> bytes | None:
     """The dictionary stored in a compressed container (for ``zstd -d -D``), or None."""
-    with open(path, "rb") as f:
+    with os.fdopen(open_regular(os.fspath(path)), "rb") as f:  # a FIFO would block
         head = f.read(8)
         if len(head) < 8 or struct.unpack_from("<I", head)[0] != DICT_FRAME_MAGIC:
             return None

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import bisect
-import json
-import mmap
 import os
 import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
 
 import numpy as np
 
+from . import bounded, indexing
+from .bounded import SHADOWED
+from .buffers import close_map, map_file
 from .codec import compile_layout, decode_payload
 from .container import (
     ENTRY,
@@ -27,14 +28,17 @@ from .container import (
     find_last_commit,
     parse_footer_from,
     parse_header,
+    parse_metadata,
 )
 from .errors import FormatError
+from .fields import stored_names, to_dict
 from .frames import DEFAULT_CACHE_BYTES, MAX_FRAME_SIZE, ZstdSource, is_compressed
+from .indexing import Index
 
-Index = Union[int, slice, Sequence[int], np.ndarray]
 MAX_LAYOUTS = 1024  # record structures remembered per reader (bounded: lengths may all differ)
 SCAN_CHUNK = 512  # index entries a scan decodes at a time
 OPEN_ATTEMPTS = 5  # opens retried while a writer changes the file's tail underneath
+MAX_LISTED = 1000  # bad records verify lists one by one (it counts the others)
 
 
 def aligned_buffer(size: int, alignment: int) -> np.ndarray:
@@ -45,18 +49,20 @@ def aligned_buffer(size: int, alignment: int) -> np.ndarray:
 
 
 class _MmapSource:
-    """The file through a private copy-on-write mapping.
+    """The file through a private copy-on-write mapping, read through a read-only view.
 
-    ACCESS_COPY pages are writable (so torch.from_numpy takes views without a warning) but
-    writes stay private to this process and never reach the file.
+    Every array handed out is a read-only view of it (see ``buffers``): a write into one
+    would change later reads. The mapping is private (ACCESS_COPY) all the same, so that
+    a write forced through anyway (``torch.from_numpy`` of a view, which warns) changes
+    this process's pages, never the file, and does not crash the process.
     """
 
     def __init__(self, fd: int, size: int):
         self.size = size
-        self.map = mmap.mmap(fd, size, access=mmap.ACCESS_COPY)
+        self.map = map_file(fd, size)
         # Reads slice this one view: each np.frombuffer / slice of the mmap itself would
         # first make a memoryview of it (half the cost of a small tensor view).
-        self.view = memoryview(self.map)
+        self.view = memoryview(self.map).toreadonly()
 
     def read(self, offset: int, n: int) -> memoryview:
         return self.view[offset : offset + n]
@@ -65,21 +71,16 @@ class _MmapSource:
         """(buffer, position) such that buffer[position:position + n] is file[offset:...]."""
         return self.view, offset
 
-    def rfind(self, needle: bytes, start: int, end: int) -> int:
-        return self.map.rfind(needle, start, end)
-
     def close(self) -> None:
         try:
             self.view.release()  # tensors hold views of their own
-            self.map.close()
         except BufferError:
-            pass  # views into it are still alive; the mapping goes when the last one does
+            return  # views into it are still alive; the mapping goes when the last one does
+        close_map(self.map)
 
 
 class _PreadSource:
     """The file through os.pread: for filesystems where mmap is slow (NFS, FUSE)."""
-
-    CHUNK = 1 << 20
 
     def __init__(self, fd: int, size: int, alignment: int = 64):
         self.fd = fd
@@ -87,30 +88,17 @@ class _PreadSource:
         self.alignment = alignment
 
     def read(self, offset: int, n: int) -> memoryview:
-        buf = aligned_buffer(n, self.alignment)
-        view = memoryview(buf)
+        view = memoryview(aligned_buffer(n, self.alignment))
         done = 0
         while done < n:
             got = os.preadv(self.fd, [view[done:]], offset + done)
             if got <= 0:
                 raise FormatError(f"file ends early: wanted {n} bytes", offset + done)
             done += got
-        return view
+        return view.toreadonly()  # arrays of it are read-only like a mapping's
 
     def frame(self, offset: int, n: int) -> tuple[Any, int]:
         return self.read(offset, n), 0
-
-    def rfind(self, needle: bytes, start: int, end: int) -> int:
-        # Backwards over chunks that overlap by len(needle) - 1 bytes so no match is cut.
-        while end - start >= len(needle):
-            lo = max(start, end - self.CHUNK)
-            hit = bytes(self.read(lo, end - lo)).rfind(needle)
-            if hit >= 0:
-                return lo + hit
-            end = lo + len(needle) - 1
-            if lo == start:
-                break
-        return -1
 
     def close(self) -> None:
         pass
@@ -118,7 +106,8 @@ class _PreadSource:
 
 @dataclass
 class VerifyReport:
-    """What ``Dataset.verify`` found; ``ok`` is True when nothing is wrong."""
+    """What ``Dataset.verify`` found; ``ok`` is True when nothing is wrong. ``bad_records``
+    lists the first MAX_LISTED bad records; ``problems`` counts any more."""
 
     records: int = 0
     bytes_checked: int = 0
@@ -147,6 +136,7 @@ class Dataset:
         cache_bytes: int = DEFAULT_CACHE_BYTES,
         max_frame_size: int = MAX_FRAME_SIZE,
         max_record_bytes: int | None = None,
+        as_dict: bool = False,
     ):
         if backend not in ("mmap", "pread"):
             raise ValueError(f"backend must be 'mmap' or 'pread', not {backend!r}")
@@ -156,8 +146,15 @@ class Dataset:
         self.cache_bytes = cache_bytes
         self.max_frame_size = max_frame_size
         self.max_record_bytes = max_record_bytes
+        self.as_dict = as_dict
         self._source: Any = None
         self._load()
+        if as_dict:
+            try:
+                self._dict_names()  # an unnamed file is an error now, not at the first read
+            except BaseException:
+                self.close()
+                raise
 
     # ------------------------------------------------------------------ opening
 
@@ -166,23 +163,26 @@ class Dataset:
         (abort, recovery) while the tail is searched: a FormatError from a file whose size
         changed meanwhile is that race, and the open is tried again."""
         for attempt in range(OPEN_ATTEMPTS):
-            fd = os.open(self.path, os.O_RDONLY)
+            fd = bounded.open_regular(self.path)
             try:
-                stat = os.fstat(fd)
+                st = os.fstat(fd)
             except BaseException:
                 os.close(fd)
                 raise
             try:
-                return self._load_from(fd, stat.st_size)  # closes fd
+                self._load_from(fd, st.st_size)  # closes fd
             except FormatError:
                 now = os.stat(self.path)
                 same = (now.st_size, now.st_mtime_ns, now.st_ino) == (
-                    stat.st_size,
-                    stat.st_mtime_ns,
-                    stat.st_ino,
+                    st.st_size,
+                    st.st_mtime_ns,
+                    st.st_ino,
                 )
                 if same or attempt + 1 == OPEN_ATTEMPTS:
                     raise
+            else:
+                self._identity = (st.st_dev, st.st_ino)
+                return
 
     def _load_from(self, fd: int, size: int) -> None:
         try:
@@ -192,7 +192,7 @@ class Dataset:
                 return
             probe = _PreadSource(fd, size)
             header = parse_header(probe.read, size)
-            commit = find_last_commit(probe.read, size, header, probe.rfind)
+            commit = find_last_commit(probe.read, size, header)
             if self.backend == "mmap":
                 source: Any = _MmapSource(fd, commit.end)
                 owned, fd = fd, -1  # forgotten first: an interrupt after close(2) never
@@ -215,7 +215,7 @@ class Dataset:
         try:
             header = parse_header(source.read, source.size)
             source.set_alignment(header.alignment)
-            commit = find_last_commit(source.read, source.size, header, source.rfind)
+            commit = source.last_commit(header)
         except BaseException:
             source.close()
             raise
@@ -246,6 +246,7 @@ class Dataset:
         self._metadata: dict | None = None
         self._layouts: dict[int, Any] = {}  # payload length -> Layout (or None: not compiled)
         self._lengths_seen: set[int] = set()
+        self._names: tuple[str, ...] | None = None  # field names, once as_dict needed them
 
     def _close_source(self) -> None:
         if self._source is not None:
@@ -257,9 +258,9 @@ class Dataset:
     def refresh(self) -> bool:
         """Pick up commits made since opening; returns True if the dataset changed."""
         self._ensure_open()
-        old = self.commit
-        self._load()
-        return self.commit.end != old.end
+        old = (self._identity, self.header.file_id, self.commit.number, self.commit.end)
+        self._load()  # a file replaced by another (rename) may have the same size
+        return (self._identity, self.header.file_id, self.commit.number, self.commit.end) != old
 
     def close(self) -> None:
         """Release the file. Tensor views handed out earlier stay valid."""
@@ -287,6 +288,7 @@ class Dataset:
             "cache_bytes": self.cache_bytes,
             "max_frame_size": self.max_frame_size,
             "max_record_bytes": self.max_record_bytes,
+            "as_dict": self.as_dict,
         }
 
     def __setstate__(self, state: dict) -> None:
@@ -297,6 +299,7 @@ class Dataset:
         self.cache_bytes = state["cache_bytes"]
         self.max_frame_size = state["max_frame_size"]
         self.max_record_bytes = state["max_record_bytes"]
+        self.as_dict = state.get("as_dict", False)
         self._source = None
         self._closed_by_pickle = True
         self._len = None
@@ -316,14 +319,27 @@ class Dataset:
                 if crc32(raw) != c.metadata_crc:
                     raise FormatError("metadata checksum mismatch", c.metadata_offset, self.path)
                 try:
-                    value = json.loads(raw.decode("utf-8"))
-                except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-                    # RecursionError: hostile nesting ([[[[...) deeper than json can parse
-                    raise FormatError(f"metadata is not JSON: {exc}", c.metadata_offset) from None
-                if not isinstance(value, dict):
-                    raise FormatError("metadata is not a JSON object", c.metadata_offset, self.path)
-                self._metadata = value
+                    self._metadata = parse_metadata(raw, c.metadata_offset)
+                except FormatError as exc:
+                    raise FormatError(exc.reason, exc.offset, self.path) from None
         return self._metadata
+
+    @property
+    def fields(self) -> tuple[str, ...] | None:
+        """The names of the record fields (``evalue_store.fields``), None if unnamed."""
+        return stored_names(self.metadata)
+
+    def _dict_names(self) -> tuple[str, ...]:
+        if self._names is None:
+            names = self.fields
+            if names is None:
+                raise ValueError(f"{self.path}: as_dict needs field names; its records have none")
+            self._names = names
+        return self._names
+
+    def _named(self, records: list[list]) -> list:
+        names = self._dict_names()
+        return [to_dict(r, names) for r in records]
 
     @property
     def logical_size(self) -> int:
@@ -375,16 +391,16 @@ class Dataset:
             return np.zeros(0, ENTRY_DTYPE)
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
+    def iter_entries(self) -> Iterator[np.ndarray]:
+        """``entries()`` in pieces of at most 1 MiB (a compressed index can exceed memory)."""
+        self._ensure_open()
+        for seg in self._segments:
+            for _, entries in bounded.index_chunks(self._source.read, seg):
+                yield entries
+
     def _segment_array(self, seg: Any) -> np.ndarray:
         raw = self._source.read(seg.offset, seg.count * ENTRY_SIZE)
         return np.frombuffer(raw, ENTRY_DTYPE, seg.count)
-
-    def _normalize(self, i: int) -> int:
-        n = self._len
-        j = i + n if i < 0 else i
-        if not 0 <= j < n:
-            raise IndexError(f"record {i} out of range for {n} records")
-        return j
 
     # ------------------------------------------------------------------ records
 
@@ -410,7 +426,7 @@ class Dataset:
         which decoding and re-encoding cannot always do.
         """
         self._ensure_open()
-        i = self._normalize(int(index))
+        i = indexing.scalar(index, self._len)
         offset, length, crc = self._entry(i)
         self._check_entry(i, offset, length)
         buf, pos = self._source.frame(offset, FRAME_SIZE + length)
@@ -471,21 +487,31 @@ class Dataset:
         self._layouts[length] = compile_layout(buf, pos, length, self.header.alignment)
 
     def __getitem__(self, index: Index) -> Any:
+        """One record for an integer; a list of records for a slice, an integer array or a
+        boolean mask (numpy's rules, see ``evalue_store.indexing``)."""
         self._ensure_open()
-        if isinstance(index, (int, np.integer)):
-            return self._record(self._normalize(int(index)))
-        if isinstance(index, slice):
-            return [self._record(i) for i in range(*index.indices(self._len))]
-        return self.get_many(index)
+        where = indexing.normalize(index, self._len)
+        if isinstance(where, int):
+            record = self._record(where)
+            return to_dict(record, self._dict_names()) if self.as_dict else record
+        if isinstance(where, range):
+            records = [self._record(i) for i in where]
+        else:
+            records = self._get_positions(where.tolist())
+        return self._named(records) if self.as_dict else records
 
     def get_many(self, indices: Sequence[int] | np.ndarray) -> list[list]:
-        """Records for a list of indices, in the order given.
+        """Records for a list of indices (or a boolean mask), in the order given.
 
         They are read in file order, so a compressed file decompresses each frame once
         per batch and a plain one reads forward.
         """
         self._ensure_open()
-        wanted = sorted((self._normalize(int(i)), k) for k, i in enumerate(indices))
+        records = self._get_positions(indexing.many(indices, self._len).tolist())
+        return self._named(records) if self.as_dict else records
+
+    def _get_positions(self, positions: list[int]) -> list[list]:
+        wanted = sorted(zip(positions, range(len(positions))))
         entries = [self._entry(i) for i, _ in wanted]  # all index lookups, then all records
         result: list = [None] * len(wanted)
         for (i, k), entry in zip(wanted, entries):
@@ -496,20 +522,34 @@ class Dataset:
         self._ensure_open()
         try:
             if isinstance(self._source, _MmapSource):
-                yield from self._scan_mapped()
+                records = self._scan_mapped()
             else:
-                yield from self._scan_by_chunks()
+                records = self._scan_by_chunks()
+            if self.as_dict:
+                names = self._dict_names()
+                records = (to_dict(r, names) for r in records)
+            yield from records
         except AttributeError:
             if self._source is None:  # closed during the scan: records handed out stay valid
                 raise ValueError(f"{self.path}: dataset is closed") from None
             raise
 
+    def _shadow_check(self, chunk: np.ndarray, reach: int) -> tuple[int, int]:
+        """(records of ``chunk`` before the first that overlaps an earlier one, new reach)."""
+        masked, reach = bounded.shadowed(chunk, reach, self.header.data_start, self.commit.end)
+        return (int(masked.argmax()) if masked.any() else len(chunk)), reach
+
     def _scan_mapped(self) -> Iterator[list]:
-        first = 0
+        first = reach = 0
         for seg in self._segments:
             entries = self._segment_array(seg)
             for lo in range(0, seg.count, SCAN_CHUNK):
                 chunk = entries[lo : lo + SCAN_CHUNK]
+                good, reach = self._shadow_check(chunk, reach)
+                if good < len(chunk):
+                    yield from (self._record(i) for i in range(first + lo, first + lo + good))
+                    at = int(chunk[good]["offset"])
+                    raise FormatError(f"record {first + lo + good}: {SHADOWED}", at, self.path)
                 # Runs: records of one payload length, each frame right after the one before
                 # (as a writer appends them), so their frames are ``step`` bytes apart.
                 lengths, offsets = chunk["length"], chunk["offset"]
@@ -526,7 +566,7 @@ class Dataset:
         SCAN_CHUNK at a time instead of one lookup per record. A chunk that cannot be read,
         or an entry with reserved bits, is read record by record by ``_record``, so that
         errors name their record and the records before them are still yielded."""
-        first = 0
+        first = reach = 0
         for seg in self._segments:
             for lo in range(0, seg.count, SCAN_CHUNK):
                 count = min(SCAN_CHUNK, seg.count - lo)
@@ -536,9 +576,12 @@ class Dataset:
                     for i in range(first + lo, first + lo + count):
                         yield self._record(i)
                     continue
+                good, reach = self._shadow_check(np.frombuffer(raw, ENTRY_DTYPE), reach)
                 for i, (offset, length, crc, reserved) in enumerate(
                     ENTRY.iter_unpack(raw), first + lo
                 ):
+                    if i - first - lo == good:
+                        raise FormatError(f"record {i}: {SHADOWED}", offset, self.path)
                     yield self._record(i) if reserved else self._read(i, offset, length, crc)
             first += seg.count
 
@@ -595,18 +638,25 @@ class Dataset:
             report.problems.append(str(exc))
         self._verify_index(report)
         saved, self._crc_on_read = self._crc_on_read, True  # verify checks every record CRC
+        reach = unlisted = 0
         try:
-            for i in range(self._len):
-                try:
-                    entry = self._entry(i)
-                    self._read(i, *entry)
-                    report.bytes_checked += FRAME_SIZE + entry[1]
-                except FormatError as exc:
-                    report.bad_records.append((i, exc.reason))
-                if progress is not None and (i & 1023) == 1023:
-                    progress(i + 1)
+            for first, count, piece in bounded.index_pieces(self._source.read, self._segments):
+                if isinstance(piece, FormatError):
+                    reason = f"index entry unreadable: {piece.reason}"
+                    bad = [(i, reason) for i in range(first, first + count)]
+                else:
+                    bad, reach = self._verify_piece(report, first, piece, reach)
+                for i, reason in bad:
+                    if len(report.bad_records) < MAX_LISTED:
+                        report.bad_records.append((i, reason))
+                    else:  # a compressed index can hold billions: memory stays bounded
+                        unlisted += 1
+                if progress is not None:
+                    progress(first + count)
         finally:
             self._crc_on_read = saved
+        if unlisted:
+            report.problems.append(f"{unlisted} more bad records (the first {MAX_LISTED} listed)")
         commits = self._verify_history(report)
         if report.ok:  # gaps are only meaningful between blocks known to be sound
             self._verify_padding(report, commits)
@@ -619,30 +669,38 @@ class Dataset:
             )
         return report
 
+    def _verify_piece(
+        self, report: VerifyReport, first: int, entries: np.ndarray, reach: int
+    ) -> tuple[list[tuple[int, str]], int]:
+        """Read and check records ``first``... of a piece of the index; returns the bad ones
+        and the new reach (the end of the last good frame). A record starting before it is
+        bad unread, so no byte is checked twice however the index points."""
+        bad = []
+        for i, (offset, length, crc, reserved) in enumerate(entries.tolist(), first):
+            try:
+                if reserved:
+                    raise FormatError(f"index entry of record {i} has reserved bits set", offset)
+                if offset < reach:
+                    raise FormatError(f"record {i}: {SHADOWED}", offset)
+                self._read(i, offset, length, crc)
+                report.bytes_checked += FRAME_SIZE + length
+                reach = offset + FRAME_SIZE + length
+            except FormatError as exc:
+                bad.append((i, exc.reason))
+        return bad, reach
+
     def _verify_index(self, report: VerifyReport) -> None:
-        """Segment checksums, and record frames in increasing, non-overlapping order."""
-        previous_end = self.header.data_start
-        base = 0
+        """Segment checksums, a chunk at a time (a compressed index can exceed memory)."""
         for k, seg in enumerate(self._segments):
             try:
-                raw = self._source.read(seg.offset, seg.count * ENTRY_SIZE)
+                crc = 0
+                for _, entries in bounded.index_chunks(self._source.read, seg):
+                    crc = zlib.crc32(entries, crc)
             except FormatError as exc:
                 report.problems.append(f"index segment {k} unreadable: {exc}")
-                base += seg.count
                 continue
-            if crc32(raw) != seg.crc:
+            if crc != seg.crc:
                 report.problems.append(f"index segment {k} at {seg.offset}: checksum mismatch")
-            entries = np.frombuffer(raw, ENTRY_DTYPE, seg.count)
-            starts = entries["offset"].astype(np.int64)
-            ends = starts + FRAME_SIZE + entries["length"].astype(np.int64)
-            overlaps = np.flatnonzero(starts[1:] < ends[:-1]) + 1
-            if starts[0] < previous_end:
-                overlaps = np.concatenate([[0], overlaps])
-            for j in overlaps[:100]:  # an index problem: the read of each record says which is bad
-                j = base + int(j)
-                report.problems.append(f"index: records {j - 1} and {j} overlap in the file")
-            previous_end = int(ends[-1])
-            base += seg.count
 
     def _verify_history(self, report: VerifyReport) -> list[Commit]:
         """Walk the chain of earlier footers and check them and the index segments they name;
@@ -650,8 +708,8 @@ class Dataset:
         checked = {seg.offset for seg in self._segments}  # segments' and metadata offsets
         checked.add(self.commit.metadata_offset)
         commit = self.commit
-        commits = [commit]
-        while commit.prev_footer:
+        commits, hashed = [commit], 0  # footers and blocks are disjoint: at most the file
+        while commit.prev_footer and hashed <= self.commit.end:
             try:
                 older = parse_footer_from(
                     self._source.read, commit.prev_footer, commit.footer_offset, self.header
@@ -663,22 +721,22 @@ class Dataset:
                     f"footer of commit {commit.number - 1} at {commit.prev_footer} is damaged"
                 )
                 return commits
+            hashed += older.end - older.footer_offset
             for offset, length, crc, what in _checksummed_blocks(older):
                 if offset not in checked:
                     checked.add(offset)
-                    if not self._block_intact(offset, length, crc):
+                    hashed += length
+                    if hashed > self.commit.end:
+                        break
+                    if not bounded.intact(self._source.read, offset, length, crc):
                         report.problems.append(
                             f"{what} at {offset} of commit {older.number} is damaged"
                         )
             commit = older
             commits.append(commit)
+        if commit.prev_footer:
+            report.problems.append("earlier footers name overlapping blocks: not all checked")
         return commits
-
-    def _block_intact(self, offset: int, length: int, crc: int) -> bool:
-        try:
-            return crc32(self._source.read(offset, length)) == crc
-        except FormatError:
-            return False
 
     def _verify_padding(self, report: VerifyReport, commits: list[Commit]) -> None:
         """Every byte between blocks must be zero (docs/FORMAT.md section 2). No checksum
@@ -688,27 +746,8 @@ class Dataset:
         for commit in commits:
             blocks.append((commit.footer_offset, commit.end))
             blocks += [(offset, offset + n) for offset, n, _, _ in _checksummed_blocks(commit)]
-        fixed = np.array(blocks, np.int64)
-        entries = self.entries()
-        records = entries["offset"].astype(np.int64)
-        starts = np.concatenate([fixed[:, 0], records])
-        ends = np.concatenate(
-            [fixed[:, 1], records + FRAME_SIZE + entries["length"].astype(np.int64)]
-        )
-        order = np.argsort(starts, kind="stable")
-        starts, ends = starts[order], np.maximum.accumulate(ends[order])
-        gap_starts, gap_ends = ends[:-1], starts[1:]
-        keep = gap_ends > gap_starts
-        bad = []
-        for start, end in zip(gap_starts[keep].tolist(), gap_ends[keep].tolist()):
-            if bytes(self._source.read(start, end - start)).count(0) != end - start:
-                bad.append(start)
-        if bad:
-            where = ", ".join(str(b) for b in bad[:10]) + (" ..." if len(bad) > 10 else "")
-            report.problems.append(
-                f"non-zero bytes in the padding between blocks at {len(bad)} places "
-                f"(offsets {where}): no read uses them, but the file was changed there"
-            )
+        problem = bounded.padding_problem(self._source.read, blocks, self._segments)
+        report.problems += [problem] if problem else []
 
     def __repr__(self) -> str:
         state = "closed" if self._source is None else f"{self._len} records"
@@ -735,6 +774,7 @@ def open_dataset(
     cache_bytes: int = DEFAULT_CACHE_BYTES,
     max_frame_size: int = MAX_FRAME_SIZE,
     max_record_bytes: int | None = None,
+    as_dict: bool = False,
 ) -> Dataset:
     """Open a container for reading at its last commit.
 
@@ -750,6 +790,9 @@ def open_dataset(
     ``max_record_bytes`` makes reading a bigger record raise FormatError instead of mapping,
     or for a compressed file decompressing, that much (``verify()`` lists such records as
     bad records, with that reason).
+
+    ``as_dict``: records come back as dicts keyed by the file's field names (``fields``;
+    ValueError here if it has none) instead of lists.
     """
     return Dataset(
         path,
@@ -758,4 +801,5 @@ def open_dataset(
         cache_bytes=cache_bytes,
         max_frame_size=max_frame_size,
         max_record_bytes=max_record_bytes,
+        as_dict=as_dict,
     )

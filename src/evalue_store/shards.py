@@ -10,11 +10,13 @@ Manifest (``format`` "evalue_store.shards", ``version`` 1)::
      "shards": [{"path": "train-00000.evs", "records": 100, "bytes": 123456,
                  "footer_sha256": "9f86d0..."}, ...]}
 
-Shard paths are relative to the manifest's directory. ``footer_sha256`` is the SHA-256 (hex)
-of the shard's last footer (bytes ``[commit.footer_offset, commit.end)``): it names the exact
-commit the manifest describes, so a shard replaced or appended to since is caught without
-reading its records. (Not a CRC-32: a footer ends with its own CRC, and the CRC-32 of data
-followed by its CRC is the same constant for every footer.)
+Shard paths are relative to the manifest's directory; ``read_manifest`` checks every field
+(counts and their total are int64) and ``open_shards`` that every shard is a regular file.
+``footer_sha256`` is the SHA-256 (hex) of the shard's last footer (bytes
+``[commit.footer_offset, commit.end)``): it names the exact commit the manifest describes,
+so a shard replaced or appended to since is caught without reading its records. (Not a
+CRC-32: a footer ends with its own CRC, and the CRC-32 of data followed by its CRC is the
+same constant for every footer.)
 
 Several processes can write in parallel with distinct patterns (each gets its own manifest);
 ``merge_manifests`` combines them, or pass them all to ``open_shards``. No torch import here.
@@ -27,18 +29,24 @@ import glob
 import hashlib
 import json
 import os
+import re
+import stat
 import tempfile
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Union
 
 import numpy as np
 
+from . import indexing
+from .bounded import open_regular
 from .container import encode_footer
 from .errors import FormatError
+from .fields import FIELDS_KEY, Fields
 from .files import fsync_dir
 from .frames import DEFAULT_CACHE_BYTES, MAX_FRAME_SIZE
+from .indexing import Index
 from .reader import Dataset, open_dataset
 from .writer import Writer
 
@@ -132,37 +140,66 @@ def write_manifest(path: PathLike, shards: Sequence[ShardInfo], durable: bool = 
 
 
 def read_manifest(path: PathLike) -> list[ShardInfo]:
-    """Parse a manifest; shard paths come back absolute. Raises FormatError if malformed."""
+    """Parse a manifest; shard paths come back absolute. Raises FormatError if malformed,
+    naming the manifest and the field: every count must be an int64, as must their total."""
     path = os.path.abspath(os.fspath(path))
+    fd = open_regular(path)  # a FIFO would block: FormatError instead
     try:
-        with open(path, encoding="utf-8") as f:
+        with os.fdopen(fd, encoding="utf-8") as f:
             doc = json.load(f)
-    except (UnicodeDecodeError, ValueError) as exc:
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        # RecursionError: nesting deeper than json can parse
         raise FormatError(f"manifest is not JSON: {exc}", None, path) from None
     if not isinstance(doc, dict) or doc.get("format") != MANIFEST_FORMAT:
         raise FormatError(f"not an {MANIFEST_FORMAT} manifest", None, path)
     if doc.get("version") != MANIFEST_VERSION:
         raise FormatError(f"unsupported manifest version {doc.get('version')!r}", None, path)
     base = os.path.dirname(path)
+    items = doc.get("shards")
+    if not isinstance(items, list):
+        raise FormatError("'shards' is not a list", None, path)
     shards = []
-    try:
-        for item in doc["shards"]:
-            info = ShardInfo(
-                os.path.normpath(os.path.join(base, item["path"])),
-                item["records"],
-                item["bytes"],
-                item["footer_sha256"],
-            )
-            if not all(isinstance(v, int) and v >= 0 for v in (info.records, info.nbytes)):
-                raise TypeError("negative or non-integer count")
-            if not isinstance(info.footer_sha256, str):
-                raise TypeError("footer_sha256 is not a string")
-            shards.append(info)
-    except (KeyError, TypeError) as exc:
-        raise FormatError(f"malformed shard list: {exc!r}", None, path) from None
-    if doc.get("records") != sum(s.records for s in shards):
-        raise FormatError("record total disagrees with the shard list", None, path)
+    for k, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise FormatError(f"shards[{k}] is not an object", None, path)
+        name = item.get("path")
+        if not isinstance(name, str) or not name or "\0" in name:
+            raise FormatError(f"shards[{k}].path is not a file name: {name!r:.80}", None, path)
+        records, nbytes = (_count(item.get(key), f"shards[{k}].{key}", path) for key in _COUNTS)
+        digest = item.get("footer_sha256")
+        if not isinstance(digest, str) or not _SHA256.fullmatch(digest):
+            raise FormatError(f"shards[{k}].footer_sha256 is not a SHA-256 in hex", None, path)
+        shards.append(
+            ShardInfo(os.path.normpath(os.path.join(base, name)), records, nbytes, digest)
+        )
+    total = _count(doc.get("records"), "records", path)
+    if total != sum(s.records for s in shards):
+        raise FormatError("records: the record total disagrees with the shard list", None, path)
     return shards
+
+
+_COUNTS = ("records", "bytes")
+_SHA256 = re.compile("[0-9a-f]{64}")
+MAX_COUNT = (1 << 63) - 1  # counts are int64 in a ShardedDataset's index
+
+
+def _count(value: Any, field: str, path: str) -> int:
+    if type(value) is not int or not 0 <= value <= MAX_COUNT:
+        raise FormatError(f"{field} is not an integer in [0, 2^63): {value!r:.40}", None, path)
+    return value
+
+
+def check_shard_files(shards: Sequence[ShardInfo], manifest: str) -> None:
+    """Each shard a manifest lists must be a regular file now (one stat each), so that a
+    missing shard fails at open, not at its first read."""
+    for k, info in enumerate(shards):
+        try:
+            mode = os.stat(info.path).st_mode
+        except OSError as exc:
+            reason = f"shards[{k}].path {info.path}: {exc.strerror}"
+            raise FormatError(reason, None, manifest) from None
+        if not stat.S_ISREG(mode):
+            raise FormatError(f"shards[{k}].path {info.path} is not a regular file", None, manifest)
 
 
 def merge_manifests(inputs: Source, out: PathLike) -> str:
@@ -206,7 +243,8 @@ class ShardWriter:
     A new shard starts before a record once the current one holds ``max_records`` records
     or ``max_bytes`` bytes (data plus index; the footer adds ~100 bytes). The byte limit is
     soft, as in WebDataset: a shard ends after the record that reaches the limit, so it
-    exceeds ``max_bytes`` by less than one record. Each shard gets ``metadata``.
+    exceeds ``max_bytes`` by less than one record. Each shard gets ``metadata`` and, for dict
+    records, the same field names (``fields``, fixed by the first one, as for ``Writer``).
 
     ``close()`` (or leaving the ``with`` block normally) commits the last shard and writes the
     manifest atomically (default: the pattern's prefix + ".manifest.json"). Leaving the block
@@ -255,6 +293,7 @@ class ShardWriter:
         self.mode = "w" if overwrite else "x"
         self.shards: list[ShardInfo] = []
         self._writer: Writer | None = None
+        self._fields = Fields()  # the same field names in every shard
         self._count = 0
         self._closed = False
         self.salvage = None  # with resume: what reopening the last shard salvaged, if anything
@@ -278,6 +317,7 @@ class ShardWriter:
         )
         self.salvage = self._writer.salvage
         self._count = sum(s.records for s in self.shards) + len(self._writer)
+        self._fields = Fields(self._writer.fields, self._writer.fields is None and self._count > 0)
 
     def _full(self, writer: Writer) -> bool:
         n = len(writer)
@@ -287,23 +327,34 @@ class ShardWriter:
         size = writer.tell() + ENTRY_BYTES * n
         return self.max_bytes is not None and size >= self.max_bytes
 
-    def append(self, record: Sequence[Any]) -> int:
-        """Append one record; returns its global index across all shards."""
+    @property
+    def fields(self) -> tuple[str, ...] | None:
+        """The names of the record fields, fixed by the first dict record (as for Writer)."""
+        return self._fields.names
+
+    def append(self, record: Sequence[Any] | Mapping[str, Any]) -> int:
+        """Append one record (a list, or a dict naming its values as for ``Writer``);
+        returns its global index across all shards."""
         if self._closed:
             raise ValueError("ShardWriter is closed")
+        _, fixed = self._fields.values(record)  # the same names across shards
         if self._writer is not None and self._full(self._writer):
             self._finish_shard()
         if self._writer is None:
             path = self.pattern.format(len(self.shards))
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            metadata = self.metadata
+            if self._fields.names is not None:  # so that a shard of list records names them
+                metadata = {**(metadata or {}), FIELDS_KEY: list(self._fields.names)}
             self._writer = Writer(
                 path,
                 self.mode,
-                metadata=self.metadata,
+                metadata=metadata,
                 durable=self.durable,
                 **self.writer_options,
             )
         self._writer.append(record)
+        self._fields.accept(fixed)
         self._count += 1
         return self._count - 1
 
@@ -384,10 +435,14 @@ def resolve_shards(source: Source) -> list[ShardInfo]:
         members = _directory_members(path) if os.path.isdir(path) else [path]
         for member in members:
             if member.endswith(".json"):
-                shards.extend(read_manifest(member))
+                listed = read_manifest(member)
+                check_shard_files(listed, os.path.abspath(member))
+                shards.extend(listed)
             else:
                 shards.append(describe_shard(member))
     _check_unique(shards)
+    if sum(s.records for s in shards) > MAX_COUNT:
+        raise FormatError(f"the shards of {source!r:.200} hold more than 2^63-1 records in all")
     return shards
 
 
@@ -412,6 +467,7 @@ class ShardedDataset:
         cache_bytes: int = DEFAULT_CACHE_BYTES,
         max_frame_size: int = MAX_FRAME_SIZE,
         max_record_bytes: int | None = None,
+        as_dict: bool = False,
     ):
         if max_open < 1:
             raise ValueError("max_open must be at least 1")
@@ -426,6 +482,7 @@ class ShardedDataset:
             "cache_bytes": cache_bytes,
             "max_frame_size": max_frame_size,
             "max_record_bytes": max_record_bytes,
+            "as_dict": as_dict,
         }
         counts = np.array([s.records for s in self.shards], dtype=np.int64)
         self.counts = counts
@@ -483,6 +540,11 @@ class ShardedDataset:
         """The first shard's metadata (ShardWriter gives every shard the same)."""
         return self.shard(0).metadata if self.shards else {}
 
+    @property
+    def fields(self) -> tuple[str, ...] | None:
+        """The first shard's field names (ShardWriter gives every shard the same)."""
+        return self.shard(0).fields if self.shards else None
+
     # ------------------------------------------------------------------ records
 
     def __len__(self) -> int:
@@ -490,29 +552,27 @@ class ShardedDataset:
 
     def locate(self, i: int) -> tuple[int, int]:
         """(shard, record within the shard) of global record ``i``."""
-        n = self._len
-        j = i + n if i < 0 else i
-        if not 0 <= j < n:
-            raise IndexError(f"record {i} out of range for {n} records")
+        j = indexing.scalar(i, self._len)
         k = bisect.bisect_right(self._ends, j)
         return k, j - int(self.offsets[k])
 
-    def __getitem__(self, index: int | slice | Sequence[int] | np.ndarray) -> Any:
-        if isinstance(index, (int, np.integer)):
-            k, j = self.locate(int(index))
+    def __getitem__(self, index: Index) -> Any:
+        """One record for an integer; a list of records for a slice, an integer array or a
+        boolean mask (numpy's rules, as for ``Dataset``)."""
+        where = indexing.normalize(index, self._len)
+        if isinstance(where, int):
+            k, j = self.locate(where)
             return self.shard(k)[j]
-        if isinstance(index, slice):
-            return self.get_many(np.arange(*index.indices(self._len)))
-        return self.get_many(index)
+        return self._get_positions(
+            np.arange(where.start, where.stop, where.step) if isinstance(where, range) else where
+        )
 
     def get_many(self, indices: Sequence[int] | np.ndarray) -> list[list]:
-        """Records for a list of global indices, in the order given; reads grouped by shard."""
-        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
-        n = self._len
-        bad = (idx < -n) | (idx >= n)
-        if bad.any():
-            raise IndexError(f"record {int(idx[bad][0])} out of range for {n} records")
-        idx = np.where(idx < 0, idx + n, idx)
+        """Records for a list of global indices (or a boolean mask), in the order given;
+        reads grouped by shard."""
+        return self._get_positions(indexing.many(indices, self._len))
+
+    def _get_positions(self, idx: np.ndarray) -> list[list]:
         shard_of = np.searchsorted(self.offsets, idx, side="right") - 1
         out: list[Any] = [None] * len(idx)
         order = np.argsort(shard_of, kind="stable")
@@ -578,6 +638,7 @@ def open_shards(
     cache_bytes: int = DEFAULT_CACHE_BYTES,
     max_frame_size: int = MAX_FRAME_SIZE,
     max_record_bytes: int | None = None,
+    as_dict: bool = False,
 ) -> ShardedDataset:
     """Open shards as one dataset. ``source`` is a container file, a manifest (``*.json``),
     a glob (sorted), a directory (its manifest.json, else its ``*.evs`` files by name), or a
@@ -586,7 +647,7 @@ def open_shards(
     With manifests, opening reads only the manifests: shards open on first use and are
     checked then. Without, each shard is opened once to count its records. ``validate``
     checks every shard now instead. ``backend``, ``verify``, ``cache_bytes``,
-    ``max_frame_size`` and ``max_record_bytes`` are as for ``evalue_store.open``.
+    ``max_frame_size``, ``max_record_bytes`` and ``as_dict`` are as for ``evalue_store.open``.
     """
     ds = ShardedDataset(
         resolve_shards(source),
@@ -596,6 +657,7 @@ def open_shards(
         cache_bytes=cache_bytes,
         max_frame_size=max_frame_size,
         max_record_bytes=max_record_bytes,
+        as_dict=as_dict,
     )
     if validate:
         ds.validate()

@@ -31,6 +31,8 @@ except ModuleNotFoundError as exc:  # evalue_store itself never needs torch
 import torch.distributed as dist
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
+from . import indexing
+from .buffers import private
 from .dtypes import BFLOAT16
 from .shards import ShardedDataset, Source, open_shards
 
@@ -39,12 +41,14 @@ FETCH = 64  # records read per get_many in the iterable dataset
 
 
 def as_torch(value: Any) -> Any:
-    """A decoded value with numpy arrays turned into tensors sharing their memory.
+    """A decoded value with numpy arrays turned into writable tensors that no later read
+    shares: big ones without a copy (``evalue_store.buffers.private``), small ones copied.
 
     Tensor lists (ListTensor, ListOptionalTensor) become lists of tensors (None kept);
     every other kind is returned as is.
     """
     if isinstance(value, np.ndarray):
+        value = private(value)  # writable, and no later read shares its memory
         if value.dtype == BFLOAT16:
             return torch.from_numpy(value.view(np.int16)).view(torch.bfloat16)
         return torch.from_numpy(value)
@@ -53,40 +57,58 @@ def as_torch(value: Any) -> Any:
     return value
 
 
-def _open(source: Source | ShardedDataset, backend: str, verify: bool) -> ShardedDataset:
+def _open(
+    source: Source | ShardedDataset, backend: str, verify: bool, as_dict: bool
+) -> ShardedDataset:
     if isinstance(source, ShardedDataset):
+        if as_dict != source.open_options.get("as_dict", False):
+            raise ValueError("pass as_dict to open_shards for a ShardedDataset source")
         return source
-    return open_shards(source, backend=backend, verify=verify)
+    return open_shards(source, backend=backend, verify=verify, as_dict=as_dict)
+
+
+def as_torch_record(record: list | dict) -> list | dict:
+    """A record (a list, or a dict from ``as_dict``) with its values through ``as_torch``."""
+    if isinstance(record, dict):
+        return {name: as_torch(v) for name, v in record.items()}
+    return [as_torch(v) for v in record]
 
 
 class EValueDataset(Dataset):
     """Map-style dataset over one or many container files (any ``open_shards`` source).
 
-    ``ds[i]`` is the record as a list, tensors as ``torch.Tensor``, then ``transform(record)``
-    if given. ``__getitems__`` lets DataLoader fetch a whole batch with one grouped read.
-    Pickling sends the shard table only; workers open the files themselves.
+    ``ds[i]`` is the record as a list (a dict by field names with ``as_dict=True``), tensors
+    as ``torch.Tensor``, then ``transform(record)`` if given. ``__getitems__`` lets
+    DataLoader fetch a whole batch with one grouped read. Pickling sends the shard table
+    only (with ``as_dict``); workers open the files themselves.
     """
 
     def __init__(
         self,
         source: Source | ShardedDataset,
-        transform: Callable[[list], Any] | None = None,
+        transform: Callable[[Any], Any] | None = None,
         *,
         backend: str = "mmap",
         verify: bool = True,
+        as_dict: bool = False,
     ):
-        self.data = _open(source, backend, verify)
+        self.data = _open(source, backend, verify, as_dict)
         self.transform = transform
 
     def __len__(self) -> int:
         return len(self.data)
 
-    def _sample(self, record: list) -> Any:
-        sample = [as_torch(v) for v in record]
+    def _sample(self, record: list | dict) -> Any:
+        sample = as_torch_record(record)
         return sample if self.transform is None else self.transform(sample)
 
-    def __getitem__(self, index: int) -> Any:
-        return self._sample(self.data[index])
+    def __getitem__(self, index: Any) -> Any:
+        """The sample for an integer index (int, numpy or 0-d tensor); a list of samples
+        for a slice, an integer array/tensor or a boolean mask (numpy's rules)."""
+        where = indexing.normalize(index, len(self.data))
+        if isinstance(where, int):
+            return self._sample(self.data[where])
+        return self.__getitems__(where)
 
     def __getitems__(self, indices: Sequence[int]) -> list:
         return [self._sample(r) for r in self.data.get_many(indices)]
@@ -260,13 +282,14 @@ class ShardedIterableDataset(IterableDataset):
         world_size: int | None = None,
         batch_size: int = 1,
         even: bool = False,
-        transform: Callable[[list], Any] | None = None,
+        transform: Callable[[Any], Any] | None = None,
         backend: str = "mmap",
         verify: bool = True,
+        as_dict: bool = False,
     ):
         if batch_size < 1 or shuffle_buffer < 0:
             raise ValueError("batch_size must be positive and shuffle_buffer non-negative")
-        self.data = _open(source, backend, verify)
+        self.data = _open(source, backend, verify, as_dict)
         self.shuffle = shuffle
         self.seed = seed
         self.shuffle_buffer = shuffle_buffer
@@ -351,7 +374,7 @@ class ShardedIterableDataset(IterableDataset):
 
     def _fetch(self, indices: list[int], in_process: bool) -> Iterator[Any]:
         for record in self.data.get_many(indices) if indices else []:
-            sample = [as_torch(v) for v in record]
+            sample = as_torch_record(record)
             if in_process:
                 self._position += 1  # before the yield: the consumer has it once it resumes us
             yield sample if self.transform is None else self.transform(sample)

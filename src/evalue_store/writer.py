@@ -14,7 +14,7 @@ import time
 import warnings
 import weakref
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -47,6 +47,7 @@ from .container import (
     scan_frames,
 )
 from .errors import EncodeError, FormatError
+from .fields import WriterFields
 from .files import create_temp, fsync_dir, open_locked, replace_locked
 from .frames import (
     DEFAULT_CACHE_BYTES,
@@ -59,10 +60,12 @@ from .frames import (
     is_compressed,
     pwrite_all,
     read_dictionary,
+    table_from_lists,
 )
 from .seekable import (
     EMPTY_CHECKSUM,
     MAX_FRAME_DECOMPRESSED_SIZE,
+    decompress_frame,
     find_last_seek_table,
     frame_extent,
     new_decompressor,
@@ -70,6 +73,7 @@ from .seekable import (
 
 MERGE_FANOUT = 4  # merge the newest index segments when this many share a level
 MIN_FRAME_SIZE = 256  # below this, per-frame overhead outweighs the record; 1 record per frame
+SALVAGE_EXPANSION = 64  # recovery decompresses at most this much per byte of compressed tail
 
 
 def _encode_metadata(metadata: dict | None) -> bytes:
@@ -104,11 +108,16 @@ def _side_file(path: str, keep: int, data: Any) -> str:
     while os.path.exists(side):
         counter += 1
         side = f"{path}.tail-{keep}.{counter}"
-    with open(side, "xb") as out:
-        out.write(data)
-        out.flush()
-        os.fsync(out.fileno())
-    fsync_dir(side)  # the bytes are cut from the container next: their new name must last
+    try:
+        with open(side, "xb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        fsync_dir(side)  # the bytes are cut from the container next: their new name must last
+    except BaseException:
+        with contextlib.suppress(OSError):  # a partial copy saves nothing: the file is intact
+            os.unlink(side)
+        raise
     return side
 
 
@@ -138,7 +147,7 @@ class _PlainFile:
         self.map = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
         try:
             self.header = parse_header(self.read, size)
-            self.commit = find_last_commit(self.read, size, self.header, self.map.rfind)
+            self.commit = find_last_commit(self.read, size, self.header)
             start = align_up(self.commit.end, self.header.alignment)
             self.found, keep = [], self.commit.end
             if size > self.commit.end:
@@ -158,7 +167,10 @@ class _PlainFile:
                 else None
             )
         finally:
-            self.map.close()
+            try:
+                self.map.close()
+            except BufferError:
+                pass  # an exception's traceback still holds views of the map; they free it
 
     def read(self, offset: int, n: int) -> memoryview:
         return memoryview(self.map)[offset : offset + n]
@@ -176,7 +188,7 @@ class _ZstdFile:
         try:
             self.header = parse_header(source.read, source.size)
             source.set_alignment(self.header.alignment)
-            self.commit = find_last_commit(source.read, source.size, self.header, source.rfind)
+            self.commit = source.last_commit(self.header)
             if self.commit.end != source.size:
                 raise FormatError("the last seek table does not end at a commit", size)
             self.dictionary = source.dictionary
@@ -208,18 +220,22 @@ class _ZstdFile:
             source.close()
 
     def _salvage(self, source: ZstdSource, start: int, size: int) -> tuple:
+        # Decompressed tail bytes are held in memory: bounded by the reader's frame cap per
+        # frame, and in all by SALVAGE_EXPANSION times the compressed tail plus one frame.
+        # Frames past either bound are not salvaged (they go to the side file).
         frames, logical, pos = [], bytearray(), start
+        room = MAX_FRAME_SIZE + SALVAGE_EXPANSION * (size - start)
         while pos < size:
             n = frame_extent(source.map, pos, size)
             if n is None:
                 break
-            try:
-                data = source.dctx.decompress(source.map[pos : pos + n])
-            except zstandard.ZstdError:
+            data = _decompress_tail_frame(source, pos, n, min(MAX_FRAME_SIZE, room))
+            if data is None:
                 break
             (checksum,) = struct.unpack_from("<I", source.map, pos + n - 4)
             frames.append((n, len(data), checksum, pos + n))
             logical += data
+            room -= len(data)
             pos += n
         base = source.size
         if not frames:
@@ -302,19 +318,38 @@ def _died_before_first_commit(fd: int, size: int) -> bytes | None:
     return (dictionary or b"") if head == MAGIC else None
 
 
+def _decompress_tail_frame(source: ZstdSource, pos: int, n: int, cap: int) -> Any:
+    """The bytes of the complete zstd frame at ``pos`` (``n`` bytes; no seek table lists it),
+    or None if it declares more than ``cap`` bytes or does not decompress to what it
+    declares: checked before any allocation (its header, its blocks' capacity)."""
+    frame = source.map[pos : pos + n]
+    try:
+        declared = zstandard.get_frame_parameters(frame).content_size
+    except zstandard.ZstdError:
+        return None
+    if declared > cap:  # frame_extent already refused an unknown content size
+        return None
+    (checksum,) = struct.unpack_from("<I", frame, n - 4)
+    table = table_from_lists([n], [declared], [checksum])
+    try:
+        return memoryview(decompress_frame(frame, table, 0, dctx=source.dctx))
+    except FormatError:
+        return None
+
+
 def _check_alignment(alignment: int) -> None:
     if alignment & (alignment - 1) or not MIN_ALIGNMENT <= alignment <= MAX_ALIGNMENT:
         raise ValueError(f"alignment must be a power of two in [8, 65536], not {alignment}")
 
 
-class Writer:
+class Writer(WriterFields):
     """Appends records to a container file; ``commit()`` makes them durable and visible.
 
     ``mode``: "w" creates or truncates, "x" creates and fails if the file exists, "a" appends
     (creating the file if needed; a tail left by a crashed writer is salvaged first, see
     ``salvage``). ``close()``, or leaving the ``with`` block normally, commits; leaving it by an
     exception discards what was appended since the last commit (``abort()``). One writer per file:
-    a second one raises WriterLockedError. Not thread-safe.
+    a second one raises WriterLockedError. Threads may share a Writer: its calls take turns.
 
     ``compression="zstd"`` stores the same container as seekable zstd frames of about
     ``frame_size`` bytes (docs/FRAMES.md); ``dictionary`` (bytes from
@@ -365,7 +400,10 @@ class Writer:
         flags = os.O_RDWR | os.O_CREAT | (os.O_EXCL if mode != "a" else 0)
         self._fd = open_locked(self.path, flags)
         try:
-            size = os.fstat(self._fd).st_size
+            st = os.fstat(self._fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise FormatError("not a regular file: cannot hold a container", None, self.path)
+            size = st.st_size
             if size:
                 self._open_existing(size, metadata is not None, alignment)
             else:
@@ -380,11 +418,12 @@ class Writer:
         """Mode "w" over an existing file: build the new, empty container as a new inode and
         rename it over the old one. Truncating in place would kill every reader that maps
         the old file (SIGBUS); this way they keep reading the old data."""
-        old_mode = stat.S_IMODE(os.stat(self.path).st_mode)
-        self._fd, temp = create_temp(self.path, old_mode)
+        target = os.path.realpath(self.path)  # through a symlink, as truncating went
+        old_mode = stat.S_IMODE(os.stat(target).st_mode)
+        self._fd, temp = create_temp(target, old_mode)
         try:
             self._create(alignment, compression, dictionary)
-            replace_locked(temp, self.path, durable=self.durable)
+            replace_locked(temp, target, durable=self.durable)
         except BaseException:
             self._release()
             with contextlib.suppress(FileNotFoundError):  # gone if the rename happened
@@ -494,10 +533,12 @@ class Writer:
             )
 
     @_serialized
-    def append(self, record: Sequence[Any]) -> int:
-        """Append one record (a list of values); returns its index. Visible after commit()."""
+    def append(self, record: Sequence[Any] | Mapping[str, Any]) -> int:
+        """Append one record: a list of values, or a dict naming them (``fields``; see
+        ``evalue_store.fields``); returns its index. Visible after commit()."""
         self._check_open()
-        chunks, length, crc = encode_record(record, self.alignment)
+        values, fixed = self._record_values(record)  # a dict's values by the file's names
+        chunks, length, crc = encode_record(values, self.alignment)
         sink = self._sink
         offset = sink.pos
         if offset & (self.alignment - 1):  # after a footer the file end may be unaligned
@@ -511,6 +552,7 @@ class Writer:
             raise
         pending = self._pending
         pending += ENTRY.pack(offset, length, crc, 0)
+        self._record_appended(fixed)
         return self._commit.record_count + len(pending) // ENTRY_SIZE - 1
 
     @_serialized
@@ -530,6 +572,7 @@ class Writer:
         else:
             _check_alignment(alignment)
             payload = memoryview(realign_payload(payload, alignment, self.alignment))
+        self._raw_value_count(struct.unpack_from("<I", payload)[0])  # as many as the names
         length = len(payload)
         sink = self._sink
         offset = self._align()

@@ -1,0 +1,154 @@
+"""Bounded work on untrusted files: opening only regular files, and bounded-memory passes
+over a container's logical bytes for ``Dataset.verify``.
+
+A compressed file's logical size can be up to 32768 times its size (docs/FRAMES.md
+section 9), so nothing here reads a block, a gap or an index segment in one piece: each pass reads
+at most CHUNK bytes at a time, whatever the file claims.
+"""
+
+from __future__ import annotations
+
+import errno
+import itertools
+import os
+import stat
+import zlib
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import numpy as np
+
+from .container import ENTRY_DTYPE, ENTRY_SIZE, FRAME_SIZE, Segment
+from .errors import FormatError
+
+CHUNK = 1 << 20  # bytes read at a time
+SHADOWED = "starts before an earlier record's frame ends (frames must be in file order)"
+
+Read = Callable[[int, int], Any]
+
+
+def open_regular(path: str) -> int:
+    """A read-only descriptor of ``path``, refused unless it is a regular file: reading a
+    FIFO would wait for a writer forever, and a device or socket has no size to trust.
+    The open itself does not block (O_NONBLOCK, cleared once the file is known regular)."""
+    nonblock = getattr(os, "O_NONBLOCK", 0)
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0) | nonblock)
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+        if not stat.S_ISREG(mode):
+            kind = "a FIFO" if stat.S_ISFIFO(mode) else "a device, socket or other special file"
+            raise FormatError(f"not a regular file ({kind})", None, path)
+        if nonblock:
+            os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def crc_range(read: Read, offset: int, length: int) -> int:
+    """crc32 of logical bytes [offset, offset + length)."""
+    value = 0
+    for at in range(offset, offset + length, CHUNK):
+        value = zlib.crc32(read(at, min(CHUNK, offset + length - at)), value)
+    return value
+
+
+def intact(read: Read, offset: int, length: int, crc: int) -> bool:
+    """True when a block's bytes can be read and match their crc32."""
+    try:
+        return crc_range(read, offset, length) == crc
+    except FormatError:
+        return False
+
+
+def all_zero(read: Read, start: int, end: int) -> bool:
+    """True when logical bytes [start, end) are all zero."""
+    for at in range(start, end, CHUNK):
+        n = min(CHUNK, end - at)
+        if bytes(read(at, n)).count(0) != n:
+            return False
+    return True
+
+
+def index_chunks(read: Read, seg: Segment) -> Iterator[tuple[int, np.ndarray]]:
+    """(number of the first entry, entries) of an index segment, CHUNK bytes at a time."""
+    step = CHUNK // ENTRY_SIZE
+    for lo in range(0, seg.count, step):
+        count = min(step, seg.count - lo)
+        raw = read(seg.offset + lo * ENTRY_SIZE, count * ENTRY_SIZE)
+        yield lo, np.frombuffer(raw, ENTRY_DTYPE, count)
+
+
+def index_pieces(read: Read, segments: Iterable[Segment]) -> Iterator[tuple]:
+    """(number of the first record, count, entries) over every segment, CHUNK bytes at a
+    time; entries is the FormatError instead where they cannot be read."""
+    first = 0
+    step = CHUNK // ENTRY_SIZE
+    for seg in segments:
+        for lo in range(0, seg.count, step):
+            count = min(step, seg.count - lo)
+            try:
+                raw = read(seg.offset + lo * ENTRY_SIZE, count * ENTRY_SIZE)
+                piece: Any = np.frombuffer(raw, ENTRY_DTYPE, count)
+            except FormatError as exc:
+                piece = exc
+            yield first + lo, count, piece
+        first += seg.count
+
+
+def shadowed(entries: np.ndarray, reach: int, start: int, end: int) -> tuple[np.ndarray, int]:
+    """Which records start before an earlier record's frame ends, and the new ``reach`` (the
+    furthest frame end so far). A valid file has none (docs/FORMAT.md section 6); a scan
+    refuses them, since an index of n entries all pointing at one big record would
+    otherwise cost n times the file. Only frames inside [start, end) count: a record with an
+    impossible extent is bad for its own reason and shadows nothing."""
+    ext = extents(entries)
+    inside = (ext[:, 0] >= start) & (ext[:, 1] <= end) & (ext[:, 1] > ext[:, 0])
+    before = np.maximum.accumulate(np.concatenate([[reach], np.where(inside, ext[:, 1], 0)]))
+    return inside & (ext[:, 0] < before[:-1]), int(before[-1])
+
+
+def extents(entries: np.ndarray) -> np.ndarray:
+    """[[start, end], ...] of the record frames index entries point to (int64)."""
+    starts = entries["offset"].astype(np.int64)
+    return np.stack([starts, starts + FRAME_SIZE + entries["length"].astype(np.int64)], axis=1)
+
+
+def gaps(fixed: Iterable[tuple[int, int]], records: Iterable[np.ndarray]) -> Iterator[tuple]:
+    """(start, end) of every range covered by no block: the blocks are ``fixed`` (any order)
+    and record extents given chunk by chunk in file order (as a sound index holds them).
+
+    Each record chunk is merged with the fixed blocks that start before its last record, so
+    memory is one chunk plus the fixed blocks, not the whole index.
+    """
+    table = np.array(sorted(fixed), np.int64).reshape(-1, 2)
+    reach, taken = 0, 0
+    for chunk in itertools.chain(records, [None]):
+        upto = len(table) if chunk is None else int(np.searchsorted(table[:, 0], chunk[-1, 0]))
+        items = table[taken:upto] if chunk is None else np.concatenate([table[taken:upto], chunk])
+        taken = upto
+        if not len(items):
+            continue
+        items = items[np.argsort(items[:, 0], kind="stable")]
+        ends = np.maximum.accumulate(np.concatenate([[reach], items[:, 1]]))
+        for k in np.flatnonzero(items[:, 0] > ends[:-1]).tolist():
+            yield int(ends[k]), int(items[k, 0])
+        reach = int(ends[-1])
+
+
+def padding_problem(read: Read, blocks: list[tuple[int, int]], segments: Any) -> str | None:
+    """What verify reports if a gap between ``blocks`` and the record frames the index
+    ``segments`` name is not all zero (runs once the index is sound: records in file order;
+    memory is a piece of the index plus the blocks)."""
+    records = (extents(entries) for seg in segments for _, entries in index_chunks(read, seg))
+    bad = [start for start, end in gaps(blocks, records) if not all_zero(read, start, end)]
+    if not bad:
+        return None
+    where = ", ".join(str(b) for b in bad[:10]) + (" ..." if len(bad) > 10 else "")
+    return (
+        f"non-zero bytes in the padding between blocks at {len(bad)} places "
+        f"(offsets {where}): no read uses them, but the file was changed there"
+    )

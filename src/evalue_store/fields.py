@@ -1,0 +1,231 @@
+"""Named records: a dict's keys name the values of an EValue[] record.
+
+A record is a list or tuple of values (positional), or a dict (any Mapping) whose keys
+name them. Names are not stored in records: a record's bytes are the positional EValue[]
+of its values in the order of the file's field names, which are kept once, in the
+metadata under ``FIELDS_KEY`` (docs/FORMAT.md section 7). The rules:
+
+* The names are fixed by the file's metadata (mode "a"), else by ``FIELDS_KEY`` in the
+  metadata the writer is given (a declaration: what copying ``ds.metadata`` carries over),
+  else by the first dict record. Later dict records must have exactly those keys, in any
+  order; their values are stored in the fixed order.
+* A list or tuple in a named file is positional: it must have one value per name.
+* A dict after unnamed records (a file whose records were written as lists, without
+  names) raises: the names would be given to records that were not written with them.
+* Any other record (a generator, a set, a str, an array as the record itself...) raises.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from .container import crc32, parse_metadata
+from .errors import EncodeError, FormatError
+
+FIELDS_KEY = "evalue_store.fields"
+
+
+def check_names(names: Any, error: type = EncodeError) -> tuple[str, ...]:
+    """``names`` as a tuple if it is a non-empty list of distinct strings, else ``error``."""
+    if not isinstance(names, (list, tuple)) or not names:
+        raise error(f"{FIELDS_KEY} must be a non-empty list of strings, not {names!r:.80}")
+    for name in names:
+        if not isinstance(name, str):
+            raise error(f"field names are strings, not {type(name).__name__} ({name!r:.40})")
+    if len(set(names)) != len(names):
+        raise error(f"field names repeat: {list(names)!r:.200}")
+    return tuple(names)
+
+
+def stored_names(metadata: dict) -> tuple[str, ...] | None:
+    """The field names in a file's metadata (None: unnamed); FormatError if malformed."""
+    names = metadata.get(FIELDS_KEY)
+    return None if names is None else check_names(names, FormatError)
+
+
+def to_dict(values: list, names: tuple[str, ...], where: str = "a record") -> dict:
+    """A record's values as a dict by the file's field names."""
+    if len(values) != len(names):
+        raise FormatError(f"{where} has {len(values)} values for {len(names)} field names")
+    return dict(zip(names, values))
+
+
+class Fields:
+    """The field names of the records one writer (or ShardWriter) appends, and whether
+    unnamed records were appended (after which a dict cannot name them)."""
+
+    __slots__ = ("names", "positional", "why")
+
+    def __init__(
+        self, names: tuple[str, ...] | None = None, positional: bool = False, why: str = ""
+    ):
+        self.names = names
+        self.positional = positional
+        self.why = why or (
+            "a dict record after records without field names: this file's records "
+            "are positional (append lists, or write the dicts to a new file)"
+        )
+
+    def values(self, record: Any) -> tuple[Any, tuple[str, ...] | None]:
+        """(the record's values in stored order, names it would fix or None).
+
+        Nothing changes here: ``accept`` records what an appended record fixed."""
+        cls = type(record)
+        if cls is list or cls is tuple or isinstance(record, (list, tuple)):
+            names = self.names
+            if names is not None and len(record) != len(names):
+                raise EncodeError(
+                    f"a list record in a file of named fields needs {len(names)} values "
+                    f"({', '.join(names)}), not {len(record)}"
+                )
+            return record, None
+        if isinstance(record, Mapping):
+            return self._from_mapping(record)
+        raise EncodeError(
+            f"a record is a list, tuple or dict of values, not {cls.__name__}"
+            + (" (make it a list)" if hasattr(record, "__iter__") else "")
+        )
+
+    def _from_mapping(self, record: Mapping) -> tuple[list, tuple[str, ...] | None]:
+        names = self.names
+        if names is None:
+            if self.positional:
+                raise EncodeError(self.why)
+            if not record:
+                raise EncodeError("a dict record needs at least one field")
+            fixed = check_names(list(record.keys()))
+            return [record[name] for name in fixed], fixed
+        if len(record) != len(names) or any(name not in record for name in names):
+            missing = [n for n in names if n not in record]
+            extra = [str(k) for k in record if k not in names]
+            raise EncodeError(
+                f"a dict record must have the file's fields {list(names)}: "
+                + "; ".join(
+                    part
+                    for part in (
+                        f"missing {missing}" if missing else "",
+                        f"unknown {extra}" if extra else "",
+                    )
+                    if part
+                )
+            )
+        return [record[name] for name in names], None
+
+    def accept(self, fixed: tuple[str, ...] | None) -> None:
+        """After a record was appended: the names it fixed, or that it was unnamed."""
+        if fixed is not None:
+            self.names = fixed
+        elif self.names is None:
+            self.positional = True
+
+    def declare(self, names: tuple[str, ...]) -> None:
+        """Names given in metadata: they fix the names unless fixed already, and must then
+        agree with them."""
+        if self.names is not None and self.names != names:
+            raise EncodeError(
+                f"metadata names the fields {list(names)}, but this file's are {list(self.names)}"
+            )
+        self.names = names
+
+
+class WriterFields:
+    """The part of ``Writer`` that keeps field names (mixed in; uses its ``_commit``,
+    ``_sink``, ``_metadata_dirty`` and length).
+
+    ``_metadata_bytes`` is what ``commit()`` stores: the metadata the writer was given
+    (through ``__init__`` or ``set_metadata``), with ``FIELDS_KEY`` set to the names once
+    they are fixed, so neither can clobber the other.
+    """
+
+    _commit: Any
+    _sink: Any
+    _metadata_dirty: bool
+
+    @property
+    def fields(self) -> tuple[str, ...] | None:
+        """The names of this file's record fields (None while its records are positional)."""
+        return self._field_state().names
+
+    @property
+    def _metadata_bytes(self) -> bytes:
+        user = self.__dict__.get("_user_metadata", b"")
+        try:
+            names = self._field_state().names
+        except EncodeError:  # names given disagree with the file's: its own are kept
+            names = self._file_names()
+        if names is None:
+            return user
+        doc = json.loads(user) if user else {}
+        if doc.get(FIELDS_KEY) == list(names):
+            return user
+        doc[FIELDS_KEY] = list(names)
+        return json.dumps(doc, ensure_ascii=False, allow_nan=False).encode("utf-8")
+
+    @_metadata_bytes.setter
+    def _metadata_bytes(self, data: bytes) -> None:
+        declared = None
+        if data:
+            doc = json.loads(data)
+            if FIELDS_KEY in doc:
+                declared = check_names(doc[FIELDS_KEY])
+        state = self.__dict__.get("_fields")
+        if state is not None and declared is not None:
+            state.declare(declared)
+        self.__dict__["_user_metadata"] = data
+        self.__dict__["_declared_names"] = declared
+
+    def _field_state(self) -> Fields:
+        state = self.__dict__.get("_fields")
+        if state is None:
+            try:
+                names, why = self._file_names(), ""
+            except FormatError as exc:  # lists can still be appended, by position
+                names, why = None, f"the file's field names cannot be read ({exc}): append lists"
+            positional = names is None and (len(self) > 0 or bool(why))  # type: ignore
+            state = Fields(names, positional, why)
+            declared = self.__dict__.get("_declared_names")
+            if declared is not None:
+                state.declare(declared)
+            self.__dict__["_fields"] = state
+        return state
+
+    def _file_metadata(self) -> bytes:
+        commit = self._commit
+        if not commit.metadata_length:
+            return b""
+        return bytes(self._sink.read(commit.metadata_offset, commit.metadata_length))
+
+    def _file_names(self) -> tuple[str, ...] | None:
+        """The names in the metadata of the file's last commit (mode "a")."""
+        raw = self._file_metadata()
+        if not raw:
+            return None
+        offset = self._commit.metadata_offset
+        if crc32(raw) != self._commit.metadata_crc:
+            raise FormatError("metadata checksum mismatch", offset)
+        return stored_names(parse_metadata(raw, offset))  # strict and bounded, as readers
+
+    def _record_values(self, record: Any) -> tuple[Any, tuple[str, ...] | None]:
+        """The values to encode for ``record``, and the names it would fix."""
+        state = self.__dict__.get("_fields") or self._field_state()
+        return state.values(record)
+
+    def _raw_value_count(self, count: int) -> None:
+        """A raw record of ``count`` values is about to be appended: it must fit the names."""
+        state = self.__dict__.get("_fields") or self._field_state()
+        if state.names is not None and count != len(state.names):
+            raise EncodeError(
+                f"a record in a file of named fields needs {len(state.names)} values "
+                f"({', '.join(state.names)}), not {count}"
+            )
+        state.accept(None)
+
+    def _record_appended(self, fixed: tuple[str, ...] | None) -> None:
+        state = self.__dict__["_fields"]
+        if fixed is not None:
+            if not self._metadata_dirty:  # keep the file's own metadata (mode "a")
+                self.__dict__["_user_metadata"] = self._file_metadata()
+            self._metadata_dirty = True
+        state.accept(fixed)

@@ -1,0 +1,362 @@
+"""Named records: dicts in, names kept, lists or dicts out (issue 11, item 9).
+
+Promises: a dict record is stored as its values (never as its keys), under names fixed by
+the first one and kept in the metadata under "evalue_store.fields"; the record bytes are
+the positional format's; reads are lists unless ``as_dict``; a record that is not a list,
+tuple or dict raises EncodeError and appends nothing.
+"""
+
+import collections
+import io
+import json
+import os
+import pickle
+from contextlib import redirect_stderr, redirect_stdout
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+import evalue_store as evs
+from evalue_store import cli
+from evalue_store.fields import FIELDS_KEY
+from evalue_store.torch import EValueDataset, ShardedIterableDataset, collate
+
+NAMES = ("tokens", "label", "id")
+
+
+def named(i):
+    return {"tokens": np.arange(i + 1), "label": i, "id": f"ex-{i}"}
+
+
+def positional(i):
+    return [np.arange(i + 1), i, f"ex-{i}"]
+
+
+def same(got, want):
+    assert type(got) is type(want)
+    if isinstance(want, dict):
+        assert list(got) == list(want)
+        got, want = list(got.values()), list(want.values())
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        if isinstance(w, np.ndarray):
+            np.testing.assert_array_equal(g, w)
+        else:
+            assert g == w
+
+
+@pytest.mark.parametrize("compression", [None, "zstd"])
+def test_dict_records_are_stored_as_their_values(tmp_path, compression):
+    path = tmp_path / "n.evs"
+    with evs.Writer(path, compression=compression) as w:
+        w.append({"tokens": np.arange(4), "label": 3})
+        w.extend([{"tokens": np.arange(2), "label": 5}, {"label": 7, "tokens": np.arange(1)}])
+        assert w.fields == ("tokens", "label")
+    for backend in ("mmap", "pread"):
+        ds = evs.open(path, backend=backend)
+        assert ds.fields == ("tokens", "label")
+        same(ds[0], [np.arange(4), 3])  # lists by default: the values, not the keys
+        same(ds[2], [np.arange(1), 7])  # another key order: stored in the names' order
+        named_ds = evs.open(path, backend=backend, as_dict=True)
+        same(named_ds[0], {"tokens": np.arange(4), "label": 3})
+        want = [
+            {"tokens": np.arange(4), "label": 3},
+            {"tokens": np.arange(2), "label": 5},
+            {"tokens": np.arange(1), "label": 7},
+        ]
+        for got in (list(named_ds), named_ds[:], named_ds.get_many([0, 1, 2])):
+            for g, w_ in zip(got, want):
+                same(g, w_)
+        same(named_ds[np.array([2])][0], want[2])
+        assert pickle.loads(pickle.dumps(named_ds))[1]["label"] == 5  # as_dict survives
+        assert named_ds.verify().ok
+
+
+def test_record_bytes_are_the_positional_format(tmp_path):
+    with evs.Writer(tmp_path / "n.evs") as w:
+        w.extend(named(i) for i in range(5))
+    with evs.Writer(tmp_path / "p.evs") as w:
+        w.extend(positional(i) for i in range(5))
+    a, b = evs.open(tmp_path / "n.evs"), evs.open(tmp_path / "p.evs")
+    for i in range(5):
+        assert bytes(a.raw(i)) == bytes(b.raw(i))
+    assert b.fields is None and FIELDS_KEY not in b.metadata
+    with pytest.raises(ValueError, match="field names"):
+        evs.open(tmp_path / "p.evs", as_dict=True)
+
+
+def test_metadata_keeps_both_the_names_and_the_users_keys(tmp_path):
+    path = tmp_path / "m.evs"
+    with evs.Writer(path, metadata={"task": "demo"}) as w:
+        w.append(named(0))
+    assert evs.open(path).metadata == {"task": "demo", FIELDS_KEY: list(NAMES)}
+    with evs.Writer(path, "a", metadata={"split": "train"}) as w:  # replaces the user part
+        w.append(named(1))
+    assert evs.open(path).metadata == {"split": "train", FIELDS_KEY: list(NAMES)}
+    with evs.Writer(path, "a") as w:  # no metadata given: the file's is kept
+        w.append(positional(2))
+        w.set_metadata(None)  # removes the user's part only
+    ds = evs.open(path)
+    assert ds.metadata == {FIELDS_KEY: list(NAMES)} and ds.fields == NAMES
+    with evs.Writer(path, "a", metadata={"v": 2}) as w:
+        pass  # no record: the names still survive new metadata
+    assert evs.open(path).fields == NAMES
+    same(evs.open(path, as_dict=True)[2], named(2))
+
+
+def test_names_fixed_by_the_first_dict_of_a_reopened_file_keep_its_metadata(tmp_path):
+    path = tmp_path / "e.evs"
+    with evs.Writer(path, metadata={"task": "x"}):
+        pass  # an empty file: no names yet
+    with evs.Writer(path, "a") as w:
+        w.append(named(0))
+    assert evs.open(path).metadata == {"task": "x", FIELDS_KEY: list(NAMES)}
+
+
+def test_later_records_must_match_the_names(tmp_path):
+    path = tmp_path / "k.evs"
+    with evs.Writer(path) as w:
+        w.append(named(0))
+        for bad, message in [
+            ({"tokens": np.arange(2), "label": 1}, "missing \\['id'\\]"),
+            ({**named(1), "extra": 1}, "unknown \\['extra'\\]"),
+            ({"a": 1, "b": 2, "c": 3}, "must have the file's fields"),
+            (positional(1)[:2], "needs 3 values"),
+            ([1, 2, 3, 4], "needs 3 values"),
+        ]:
+            with pytest.raises(evs.EncodeError, match=message):
+                w.append(bad)
+        w.append(positional(1))  # a list of the right length is positional
+        w.append((np.arange(3), 2, "ex-2"))
+        assert len(w) == 3
+    with evs.Writer(path, "a") as w:  # mode "a" checks dicts against the stored names
+        with pytest.raises(evs.EncodeError, match="missing"):
+            w.append({"tokens": np.arange(1)})
+        w.append(named(3))
+    ds = evs.open(path, as_dict=True)
+    assert len(ds) == 4 and [r["label"] for r in ds] == [0, 1, 2, 3]
+
+
+def test_a_dict_after_unnamed_records_raises(tmp_path):
+    path = tmp_path / "u.evs"
+    with evs.Writer(path) as w:
+        w.append(positional(0))
+        with pytest.raises(evs.EncodeError, match="positional"):
+            w.append(named(1))
+    with evs.Writer(path, "a") as w:
+        with pytest.raises(evs.EncodeError, match="positional"):
+            w.append(named(1))
+        w.append(positional(1))
+    assert evs.open(path).fields is None and len(evs.open(path)) == 2
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        (v for v in [1, 2]),
+        {1, 2},
+        frozenset([1]),
+        "ab",
+        b"ab",
+        np.arange(3),
+        7,
+        None,
+        collections.deque([1, 2]),
+        range(3),
+        iter([1]),
+        {},
+        {1: "a"},
+    ],
+    ids=lambda r: type(r).__name__,
+)
+def test_other_records_raise_and_append_nothing(tmp_path, record):
+    with evs.Writer(tmp_path / "o.evs") as w:
+        with pytest.raises(evs.EncodeError, match="record|field"):
+            w.append(record)
+        with pytest.raises(evs.EncodeError):
+            w.extend([record])
+        assert len(w) == 0 and w.fields is None
+    with evs.ShardWriter(str(tmp_path / "s-{:02d}.evs"), max_records=2) as sw:
+        with pytest.raises(evs.EncodeError):
+            sw.append(record)
+        assert len(sw) == 0
+
+
+def test_declared_names_in_metadata_carry_over_and_are_checked(tmp_path):
+    src = tmp_path / "src.evs"
+    with evs.Writer(src, metadata={"task": "t"}) as w:
+        w.extend(named(i) for i in range(3))
+    ds = evs.open(src)
+    with evs.Writer(tmp_path / "copy.evs", metadata=ds.metadata) as w:  # as the CLI copies
+        for i in range(len(ds)):
+            w.append_raw(ds.raw(i), ds.alignment)
+    copy = evs.open(tmp_path / "copy.evs")
+    assert copy.fields == NAMES and copy.metadata == ds.metadata
+    with evs.Writer(tmp_path / "d.evs", metadata={FIELDS_KEY: ["a", "b"]}) as w:
+        w.append([1, 2])  # names declared: a list record is named by them
+        with pytest.raises(evs.EncodeError, match="must have"):
+            w.append({"x": 1, "y": 2})
+        with pytest.raises(evs.EncodeError, match="names the fields"):
+            w.set_metadata({FIELDS_KEY: ["c", "d"]})
+    assert evs.open(tmp_path / "d.evs", as_dict=True)[0] == {"a": 1, "b": 2}
+    for bad in ("ab", [], [1], ["a", "a"]):
+        with pytest.raises(evs.EncodeError):
+            evs.Writer(tmp_path / "bad.evs", metadata={FIELDS_KEY: bad})
+    with evs.Writer(src, "a", metadata={FIELDS_KEY: ["other", "names", "here"]}) as w:
+        with pytest.raises(evs.EncodeError, match="names the fields"):
+            w.append(positional(9))
+    assert evs.open(src).fields == NAMES  # the stored names were not clobbered
+
+
+def test_shard_writer_names_every_shard(tmp_path):
+    pattern = str(tmp_path / "s-{:02d}.evs")
+    with evs.ShardWriter(pattern, max_records=2, metadata={"task": "t"}) as sw:
+        sw.append(named(0))
+        sw.extend([named(1), positional(2), positional(3), named(4)])  # shard 1: lists only
+        assert sw.fields == NAMES
+        with pytest.raises(evs.EncodeError, match="missing"):
+            sw.append({"tokens": np.arange(1)})
+    for k in range(3):
+        md = evs.open(pattern.format(k)).metadata
+        assert md == {"task": "t", FIELDS_KEY: list(NAMES)}, k
+    sharded = evs.open_shards(sw.manifest_path)
+    assert sharded.fields == NAMES
+    same(sharded[3], positional(3))
+    named_shards = evs.open_shards(sw.manifest_path, as_dict=True)
+    for i, record in enumerate(named_shards):
+        same(record, named(i))
+    same(named_shards[[4, 0]][0], named(4))
+    same(pickle.loads(pickle.dumps(named_shards))[2], named(2))
+    with evs.ShardWriter(pattern, max_records=2, resume=True) as sw:  # names come back
+        assert sw.fields == NAMES
+        with pytest.raises(evs.EncodeError):
+            sw.append({"other": 1})
+        sw.append(named(5))
+    assert evs.open_shards(sw.manifest_path, as_dict=True)[5]["label"] == 5
+
+
+def test_shard_writer_refuses_dicts_after_unnamed_shards(tmp_path):
+    with evs.ShardWriter(str(tmp_path / "u-{:02d}.evs"), max_records=1) as sw:
+        sw.append(positional(0))
+        with pytest.raises(evs.EncodeError, match="positional"):
+            sw.append(named(1))  # it would start shard 1, named, after unnamed shard 0
+
+
+def test_torch_adapters_give_dicts_with_tensors(tmp_path):
+    with evs.ShardWriter(str(tmp_path / "t-{:02d}.evs"), max_records=3) as sw:
+        sw.extend(named(i) for i in range(8))
+    ds = EValueDataset(sw.manifest_path, as_dict=True)
+    sample = ds[torch.tensor(2)]
+    assert list(sample) == list(NAMES) and isinstance(sample["tokens"], torch.Tensor)
+    assert sample["label"] == 2 and sample["id"] == "ex-2"
+    loader = DataLoader(ds, batch_size=4, num_workers=2, collate_fn=collate)
+    batches = list(loader)  # the dataset is pickled into the workers
+    assert [b["label"].tolist() for b in batches] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert batches[0]["id"] == ["ex-0", "ex-1", "ex-2", "ex-3"]
+    assert isinstance(batches[0]["tokens"], tuple)  # Padded: lengths differ
+    it = ShardedIterableDataset(sw.manifest_path, shuffle=False, as_dict=True)
+    assert [s["label"] for s in it] == list(range(8))
+    plain = EValueDataset(sw.manifest_path)
+    assert isinstance(plain[0], list)
+    with pytest.raises(ValueError, match="as_dict"):
+        EValueDataset(evs.open_shards(sw.manifest_path), as_dict=True)
+
+
+def test_train_dictionary_takes_dict_records():
+    records = [named(i % 5) for i in range(20)]
+    assert evs.train_dictionary(records, size=4096) == evs.train_dictionary(
+        [positional(i % 5) for i in range(20)], size=4096
+    )
+
+
+def _cli(*args):
+    out = io.StringIO()
+    with redirect_stdout(out):
+        code = cli.main([str(a) for a in args])
+    assert code == 0
+    return out.getvalue()
+
+
+def test_info_and_stats_show_field_names(tmp_path):
+    path = tmp_path / "c.evs"
+    with evs.Writer(path) as w:
+        w.extend(named(i) for i in range(4))
+    text = _cli("info", path)
+    assert "[0] tokens: " in text and "[2] id: " in text
+    report = json.loads(_cli("info", path, "--json"))
+    assert [row["field"] for row in report["schema"]] == list(NAMES)
+    stats = _cli("stats", path)
+    assert "[1] label: Int x4" in stats
+    report = json.loads(_cli("stats", path, "--json"))
+    assert [p["field"] for p in report["positions"]] == list(NAMES)
+    html = tmp_path / "r.html"
+    _cli("stats", path, "--html", html)
+    assert "Position 0" not in html.read_text() and "tokens" in html.read_text()
+
+
+def test_raw_records_must_fit_the_names_too(tmp_path):
+    with evs.Writer(tmp_path / "p.evs") as w:
+        w.append([1, 2])
+    raw = evs.open(tmp_path / "p.evs").raw(0)
+    with evs.Writer(tmp_path / "n.evs") as w:
+        w.append(named(0))
+        with pytest.raises(evs.EncodeError, match="needs 3 values"):
+            w.append_raw(raw)
+        assert len(w) == 1
+
+
+def _cli_code(*args):
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        code = cli.main([str(a) for a in args])
+    return code, out.getvalue() + err.getvalue()
+
+
+def test_cli_copy_compress_and_merge_keep_the_names(tmp_path):
+    a, b, c = tmp_path / "a.evs", tmp_path / "b.evs", tmp_path / "c.evs"
+    for path in (a, b):
+        with evs.Writer(path, metadata={"part": path.name}) as w:
+            w.extend(named(i) for i in range(3))
+    with evs.Writer(c) as w:
+        w.extend({"x": i, "y": i, "z": i} for i in range(3))
+    _cli("copy", a, "-o", tmp_path / "copy.evs")
+    _cli("compress", a, "-o", tmp_path / "a.evs.zst")
+    _cli("merge", a, b, "-o", tmp_path / "ab.evs", "--metadata", '{"v": 1}')
+    for out in ("copy.evs", "a.evs.zst", "ab.evs"):
+        assert evs.open(tmp_path / out).fields == NAMES, out
+    assert evs.open(tmp_path / "ab.evs").metadata == {"v": 1, FIELDS_KEY: list(NAMES)}
+    code, text = _cli_code("merge", a, c, "-o", tmp_path / "ac.evs")  # positional then
+    assert code == 0 and "name their fields differently" in text
+    merged = evs.open(tmp_path / "ac.evs")
+    assert merged.fields is None and merged.metadata == {"part": "a.evs"} and len(merged) == 6
+
+
+def test_a_file_with_unreadable_metadata_still_takes_list_records(tmp_path):
+    path = tmp_path / "bad.evs"
+    with evs.Writer(path, metadata={"k": "v" * 40}) as w:
+        w.append([1])
+    ds = evs.open(path)
+    at = ds.commit.metadata_offset
+    ds.close()
+    with open(path, "r+b") as f:  # the metadata block is no longer JSON
+        f.seek(at)
+        f.write(b"\xff")
+    with evs.Writer(path, "a") as w:
+        w.append([2])
+        with pytest.raises(evs.EncodeError, match="cannot be read"):
+            w.append({"a": 1})
+    assert [r[0] for r in evs.open(path, verify=False)] == [1, 2]
+
+
+def test_as_dict_on_an_unnamed_file_raises_and_releases_it(tmp_path):
+    path = tmp_path / "p.evs"
+    with evs.Writer(path) as w:
+        w.append([1])
+    before = len(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else None
+    for _ in range(20):
+        with pytest.raises(ValueError, match="field names"):
+            evs.open(path, as_dict=True)
+    if before is not None:
+        assert len(os.listdir("/proc/self/fd")) <= before + 1
