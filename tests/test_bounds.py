@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 import evalue_store as evs
-from evalue_store import container, reader, seekable
+from evalue_store import container, plain, seekable
 from evalue_store.container import (
     FOOTER_FIXED,
     MAX_SEGMENTS,
@@ -199,7 +199,7 @@ def zstd_tail_of_zero_frames(path: Path, frames: int = 24) -> Path:
 def _search_cost(monkeypatch, path: Path) -> tuple[int, int, str]:
     """(bytes read, bytes checksummed, outcome) of opening ``path``."""
     counts = {"read": 0, "crc": 0}
-    original_read, original_crc = reader._PreadSource.read, container.crc32
+    original_read, original_crc = plain.PreadSource.read, container.crc32
 
     def counted_read(self, offset, n):
         counts["read"] += n
@@ -209,7 +209,7 @@ def _search_cost(monkeypatch, path: Path) -> tuple[int, int, str]:
         counts["crc"] += len(memoryview(data).cast("B"))
         return original_crc(data, start)
 
-    monkeypatch.setattr(reader._PreadSource, "read", counted_read)
+    monkeypatch.setattr(plain.PreadSource, "read", counted_read)
     monkeypatch.setattr(container, "crc32", counted_crc)
     try:
         with evs.open(path, backend="pread") as ds:

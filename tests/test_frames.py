@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import evalue_store as evs
-from evalue_store import frames
+from evalue_store import zstd
 
 from .test_core import assert_same, records
 from .test_damage import kill_trials, record, same
@@ -90,13 +90,13 @@ def test_random_access_decompresses_only_needed_frames(tmp_path, monkeypatch):
     with evs.Writer(path, compression="zstd", frame_size=8192) as w:
         w.extend(recs)
     calls = []
-    real = frames.ZstdSource._decompress
+    real = zstd.ZstdSource._decompress
 
     def counting(self, k):
         calls.append(k)
         return real(self, k)
 
-    monkeypatch.setattr(frames.ZstdSource, "_decompress", counting)
+    monkeypatch.setattr(zstd.ZstdSource, "_decompress", counting)
     ds = evs.open(path)
     n_frames = ds._source.table.num_frames
     calls.clear()  # opening read the header's and the footer's frames

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import evalue_store as evs
-from evalue_store.frames import MAX_FRAME_SIZE
+from evalue_store.zstd import MAX_FRAME_SIZE
 
 
 def test_default_frame_cap_accepts_the_biggest_frames_a_writer_makes(tmp_path):

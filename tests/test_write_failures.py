@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 
 import evalue_store as evs
-from evalue_store import frames
+from evalue_store import plain, zstd
 
 
 def failing_writes(monkeypatch, fail_at: int, partial: bool = False) -> None:
     """Make the ``fail_at``-th write of record data (1-based) fail with ENOSPC, after
     writing half of it if ``partial``; every other write goes through."""
-    real = frames.pwrite_all
+    real = plain.pwrite_all
     calls = {"n": 0}
 
     def pwrite_all(fd, data, offset):
@@ -26,7 +26,8 @@ def failing_writes(monkeypatch, fail_at: int, partial: bool = False) -> None:
             raise OSError(errno.ENOSPC, "No space left on device (simulated)")
         return real(fd, data, offset)
 
-    monkeypatch.setattr(frames, "pwrite_all", pwrite_all)
+    for module in (plain, zstd):  # both sinks write through it
+        monkeypatch.setattr(module, "pwrite_all", pwrite_all)
 
 
 def test_plain_writer_forgets_a_half_written_big_record(tmp_path, monkeypatch):

@@ -2,8 +2,6 @@
 
 from .dtypes import BFLOAT16, bfloat16_to_float32, float32_to_bfloat16
 from .errors import EncodeError, FormatError, WriterLockedError
-from .frames import read_dictionary_file as read_dictionary
-from .frames import train_dictionary
 from .reader import Dataset, VerifyReport
 from .reader import open_dataset as open
 from .values import (
@@ -20,6 +18,8 @@ from .values import (
     Tensor,
     Typed,
 )
+from .zstd import read_dictionary_file as read_dictionary
+from .zstd import train_dictionary
 
 __version__ = "0.1.0"
 

@@ -40,8 +40,8 @@ from .container import ENTRY_SIZE, FRAME_SIZE, MAGIC
 from .dtypes import CODE_TO_NAME, dtype_code
 from .fields import FIELDS_KEY
 from .files import fsync_dir, lock, replace_locked
-from .frames import MAX_FRAME_SIZE, is_compressed
 from .writer import MIN_FRAME_SIZE
+from .zstd import MAX_FRAME_SIZE, is_compressed
 
 PROG = "evalue-store"
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2

@@ -11,7 +11,7 @@ import os
 import struct
 import zlib
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -290,6 +290,14 @@ def _check_commit(commit: Commit, header: Header) -> None:
     if commit.number == 0 or (commit.number == 1) != (commit.prev_footer == 0):
         reason = f"commit {commit.number} with previous footer {commit.prev_footer}"
         raise FormatError(f"{reason}: only commit 1 has none", where)
+
+
+def open_container(source: Any) -> tuple[Header, Commit]:
+    """The header and last commit of the container a source (plain or compressed; see the
+    source protocol in ``plain``) holds: what readers, writers and recovery all start from."""
+    header = parse_header(source.read, source.size)
+    source.set_alignment(header.alignment)
+    return header, source.last_commit(header)
 
 
 def find_last_commit(read: Callable[[int, int], bytes], size: int, header: Header) -> Commit:

@@ -13,7 +13,6 @@ import numpy as np
 
 from . import bounded, indexing
 from .bounded import SHADOWED
-from .buffers import close_map, map_file
 from .codec import compile_layout, decode_payload
 from .container import (
     ENTRY,
@@ -25,83 +24,19 @@ from .container import (
     Header,
     check_frame,
     crc32,
-    find_last_commit,
     parse_footer_from,
-    parse_header,
     parse_metadata,
 )
 from .errors import FormatError
 from .fields import stored_names, to_dict
-from .frames import DEFAULT_CACHE_BYTES, MAX_FRAME_SIZE, ZstdSource, is_compressed
 from .indexing import Index
+from .physical import open_source
+from .zstd import DEFAULT_CACHE_BYTES, MAX_FRAME_SIZE
 
 MAX_LAYOUTS = 1024  # record structures remembered per reader (bounded: lengths may all differ)
 SCAN_CHUNK = 512  # index entries a scan decodes at a time
 OPEN_ATTEMPTS = 5  # opens retried while a writer changes the file's tail underneath
 MAX_LISTED = 1000  # bad records verify lists one by one (it counts the others)
-
-
-def aligned_buffer(size: int, alignment: int) -> np.ndarray:
-    """A writable uint8 buffer of ``size`` bytes whose first byte is ``alignment``-aligned."""
-    raw = np.empty(size + alignment, np.uint8)
-    skip = -raw.ctypes.data % alignment
-    return raw[skip : skip + size]
-
-
-class _MmapSource:
-    """The file through a private copy-on-write mapping, read through a read-only view.
-
-    Every array handed out is a read-only view of it (see ``buffers``): a write into one
-    would change later reads. The mapping is private (ACCESS_COPY) all the same, so that
-    a write forced through anyway (``torch.from_numpy`` of a view, which warns) changes
-    this process's pages, never the file, and does not crash the process.
-    """
-
-    def __init__(self, fd: int, size: int):
-        self.size = size
-        self.map = map_file(fd, size)
-        # Reads slice this one view: each np.frombuffer / slice of the mmap itself would
-        # first make a memoryview of it (half the cost of a small tensor view).
-        self.view = memoryview(self.map).toreadonly()
-
-    def read(self, offset: int, n: int) -> memoryview:
-        return self.view[offset : offset + n]
-
-    def frame(self, offset: int, n: int) -> tuple[Any, int]:
-        """(buffer, position) such that buffer[position:position + n] is file[offset:...]."""
-        return self.view, offset
-
-    def close(self) -> None:
-        try:
-            self.view.release()  # tensors hold views of their own
-        except BufferError:
-            return  # views into it are still alive; the mapping goes when the last one does
-        close_map(self.map)
-
-
-class _PreadSource:
-    """The file through os.pread: for filesystems where mmap is slow (NFS, FUSE)."""
-
-    def __init__(self, fd: int, size: int, alignment: int = 64):
-        self.fd = fd
-        self.size = size
-        self.alignment = alignment
-
-    def read(self, offset: int, n: int) -> memoryview:
-        view = memoryview(aligned_buffer(n, self.alignment))
-        done = 0
-        while done < n:
-            got = os.preadv(self.fd, [view[done:]], offset + done)
-            if got <= 0:
-                raise FormatError(f"file ends early: wanted {n} bytes", offset + done)
-            done += got
-        return view.toreadonly()  # arrays of it are read-only like a mapping's
-
-    def frame(self, offset: int, n: int) -> tuple[Any, int]:
-        return self.read(offset, n), 0
-
-    def close(self) -> None:
-        pass
 
 
 @dataclass
@@ -185,47 +120,20 @@ class Dataset:
                 return
 
     def _load_from(self, fd: int, size: int) -> None:
-        try:
-            if is_compressed(os.pread(fd, 8, 0)):
-                owned, fd = fd, -1
-                self._load_compressed(owned, size)  # closes the descriptor itself
-                return
-            probe = _PreadSource(fd, size)
-            header = parse_header(probe.read, size)
-            commit = find_last_commit(probe.read, size, header)
-            if self.backend == "mmap":
-                source: Any = _MmapSource(fd, commit.end)
-                owned, fd = fd, -1  # forgotten first: an interrupt after close(2) never
-                os.close(owned)  # leads to a second close of a number reused meanwhile
-            else:
-                source = _PreadSource(fd, commit.end, header.alignment)
-        except BaseException:
-            if fd >= 0:
-                os.close(fd)
-            raise
-        self._install(source, header, commit, size - commit.end)
-
-    def _load_compressed(self, fd: int, size: int) -> None:
-        try:
-            source = ZstdSource(
-                fd, size, cache_bytes=self.cache_bytes, max_frame_size=self.max_frame_size
-            )
-        finally:
-            os.close(fd)
-        try:
-            header = parse_header(source.read, source.size)
-            source.set_alignment(header.alignment)
-            commit = source.last_commit(header)
-        except BaseException:
-            source.close()
-            raise
-        self._install(source, header, commit, size - source.committed_physical_end)
+        source, header, commit = open_source(
+            fd,
+            size,
+            backend=self.backend,
+            cache_bytes=self.cache_bytes,
+            max_frame_size=self.max_frame_size,
+        )
+        self._install(source, header, commit, size - source.physical_end)
 
     @property
     def compressed(self) -> bool:
         """True when the file is stored as zstd frames (docs/FRAMES.md)."""
         self._ensure_open()
-        return isinstance(self._source, ZstdSource)
+        return self._source.compressed
 
     def _install(self, source: Any, header: Header, commit: Commit, tail: int) -> None:
         self._close_source()
@@ -235,7 +143,7 @@ class Dataset:
         self.uncommitted_bytes = tail
         # A compressed record was checked by its frame's content checksum when the frame
         # was decompressed; checking its CRC on every read would check the same bytes again.
-        self._crc_on_read = self.verify_reads and not isinstance(source, ZstdSource)
+        self._crc_on_read = self.verify_reads and not source.checks_content
         self._starts = []
         total = 0
         for seg in commit.segments:
@@ -251,8 +159,6 @@ class Dataset:
     def _close_source(self) -> None:
         if self._source is not None:
             self._source.close()
-            if isinstance(self._source, _PreadSource):
-                os.close(self._source.fd)
             self._source = None
 
     def refresh(self) -> bool:
@@ -348,15 +254,11 @@ class Dataset:
         self._ensure_open()
         return self.commit.end
 
-    def logical_chunks(self, size: int = 1 << 20) -> Iterator[memoryview]:
+    def logical_chunks(self) -> Iterator[memoryview]:
         """The container's bytes up to its last commit, in order: for a compressed file,
         exactly what ``zstd -d`` writes."""
         self._ensure_open()
-        if isinstance(self._source, ZstdSource):
-            yield from self._source.chunks()
-            return
-        for start in range(0, self.commit.end, size):
-            yield self._source.read(start, min(size, self.commit.end - start))
+        yield from self._source.chunks()
 
     @property
     def alignment(self) -> int:
@@ -521,7 +423,7 @@ class Dataset:
     def __iter__(self) -> Iterator[list]:
         self._ensure_open()
         try:
-            if isinstance(self._source, _MmapSource):
+            if self._source.mapped is not None:
                 records = self._scan_mapped()
             else:
                 records = self._scan_by_chunks()
@@ -611,7 +513,7 @@ class Dataset:
             for j in range(k, count):
                 yield self._record(first + j)
             return
-        buf = self._source.view
+        buf = self._source.mapped
         crcs = entries["crc"][k:]
         records = layout.decode_run(buf, start, stride, count - k, crcs)
         if self._crc_on_read:
@@ -660,8 +562,7 @@ class Dataset:
         commits = self._verify_history(report)
         if report.ok:  # gaps are only meaningful between blocks known to be sound
             self._verify_padding(report, commits)
-        if isinstance(self._source, ZstdSource):
-            report.problems += self._source.verify_frames()
+        report.problems += self._source.verify_frames()
         if self.uncommitted_bytes:
             report.problems.append(
                 f"{self.uncommitted_bytes} bytes after the last commit (a writer crashed or is "

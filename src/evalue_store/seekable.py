@@ -100,7 +100,7 @@ MIN_FRAME_SIZE = SKIPPABLE_HEADER_SIZE
 frame needs at least a 6-byte header plus a 3-byte block header."""
 DEFAULT_MAX_FRAME_SIZE = 1 << 30
 """This module's default cap on one frame's decompressed size (1 GiB). evalue_store
-readers and appending writers use frames.MAX_FRAME_SIZE (64 MiB, docs/FRAMES.md)."""
+readers and appending writers use zstd.MAX_FRAME_SIZE (64 MiB, docs/FRAMES.md)."""
 EMPTY_CHECKSUM = 0x51D8E999
 """Low 32 bits of XXH64(b"", seed=0): the seek-table checksum of an empty frame, such as
 an earlier seek table kept as a skippable frame."""

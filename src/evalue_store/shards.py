@@ -45,10 +45,10 @@ from .container import encode_footer
 from .errors import FormatError
 from .fields import FIELDS_KEY, Fields
 from .files import fsync_dir
-from .frames import DEFAULT_CACHE_BYTES, MAX_FRAME_SIZE
 from .indexing import Index
 from .reader import Dataset, open_dataset
 from .writer import Writer
+from .zstd import DEFAULT_CACHE_BYTES, MAX_FRAME_SIZE
 
 MANIFEST_FORMAT = "evalue_store.shards"
 MANIFEST_VERSION = 1

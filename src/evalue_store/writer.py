@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
-import mmap
 import os
 import stat
 import struct
@@ -15,13 +14,11 @@ import warnings
 import weakref
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
-import zstandard
-
 from . import __version__
-from .codec import check_payload, decode_payload, encode_record, realign_payload
+from .codec import check_payload, encode_record, realign_payload
 from .container import (
     DEFAULT_ALIGNMENT,
     ENTRY,
@@ -29,51 +26,26 @@ from .container import (
     FRAME,
     FRAME_MAGIC,
     FRAME_SIZE,
-    MAGIC,
     MAX_ALIGNMENT,
     MAX_METADATA,
     MIN_ALIGNMENT,
     Commit,
-    Header,
     Segment,
-    align_up,
     crc32,
     empty_commit,
     encode_footer,
     encode_header,
-    find_last_commit,
     new_file_id,
-    parse_header,
-    scan_frames,
 )
 from .errors import EncodeError, FormatError
 from .fields import WriterFields
 from .files import create_temp, fsync_dir, open_locked, replace_locked
-from .frames import (
-    DEFAULT_CACHE_BYTES,
-    DEFAULT_FRAME_SIZE,
-    MAX_FRAME_SIZE,
-    PlainSink,
-    ZstdSink,
-    ZstdSource,
-    dictionary_frame,
-    is_compressed,
-    pwrite_all,
-    read_dictionary,
-    table_from_lists,
-)
-from .seekable import (
-    EMPTY_CHECKSUM,
-    MAX_FRAME_DECOMPRESSED_SIZE,
-    decompress_frame,
-    find_last_seek_table,
-    frame_extent,
-    new_decompressor,
-)
+from .physical import Restart, new_sink, open_for_append
+from .salvage import Salvage, side_file
+from .zstd import DEFAULT_FRAME_SIZE, MAX_FRAME_SIZE
 
 MERGE_FANOUT = 4  # merge the newest index segments when this many share a level
 MIN_FRAME_SIZE = 256  # below this, per-frame overhead outweighs the record; 1 record per frame
-SALVAGE_EXPANSION = 64  # recovery decompresses at most this much per byte of compressed tail
 
 
 def _encode_metadata(metadata: dict | None) -> bytes:
@@ -88,181 +60,6 @@ def _encode_metadata(metadata: dict | None) -> bytes:
     if len(data) > MAX_METADATA:
         raise EncodeError(f"metadata is {len(data)} bytes; the limit is {MAX_METADATA}")
     return data
-
-
-@dataclass(frozen=True)
-class Salvage:
-    """What opening a file with an uncommitted tail found after its last commit."""
-
-    committed_records: int
-    salvaged_records: int
-    tail_bytes: int  # bytes after the last commit
-    damaged_bytes: int  # bytes that were not complete records, moved to ``side_file``
-    side_file: str | None
-
-
-def _side_file(path: str, keep: int, data: Any) -> str:
-    """Save bytes that recovery will cut off, fsynced, under a name no other file has."""
-    side = f"{path}.tail-{keep}"
-    counter = 0
-    while os.path.exists(side):
-        counter += 1
-        side = f"{path}.tail-{keep}.{counter}"
-    try:
-        with open(side, "xb") as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
-        fsync_dir(side)  # the bytes are cut from the container next: their new name must last
-    except BaseException:
-        with contextlib.suppress(OSError):  # a partial copy saves nothing: the file is intact
-            os.unlink(side)
-        raise
-    return side
-
-
-def _scan_tail(read: Any, header: Header, start: int, end: int, buf: Any, base: int) -> tuple:
-    """Complete, checksum-valid, decodable record frames in logical bytes [start, end).
-
-    ``buf[offset - base]`` holds logical byte ``offset``. Returns (frames, end of the last
-    frame including its zero padding, or ``start`` if none).
-    """
-
-    def validate(offset: int, length: int) -> None:
-        decode_payload(buf, offset - base, length, header.alignment)
-
-    found, good_end = scan_frames(read, start, end, header.alignment, validate)
-    if not found:
-        return found, start
-    padded = min(align_up(good_end, header.alignment), end)
-    if not any(read(good_end, padded - good_end)):  # the last record's own zero padding
-        good_end = padded
-    return found, good_end
-
-
-class _PlainFile:
-    """An existing plain container opened for appending: its state and a salvaged tail."""
-
-    def __init__(self, fd: int, size: int, path: str):
-        self.map = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
-        try:
-            self.header = parse_header(self.read, size)
-            self.commit = find_last_commit(self.read, size, self.header)
-            start = align_up(self.commit.end, self.header.alignment)
-            self.found, keep = [], self.commit.end
-            if size > self.commit.end:
-                self.found, keep = _scan_tail(self.read, self.header, start, size, self.map, 0)
-                keep = max(keep, self.commit.end) if self.found else self.commit.end
-            self.keep = keep
-            side = _side_file(path, keep, self.read(keep, size - keep)) if size > keep else None
-            self.salvage = (
-                Salvage(
-                    self.commit.record_count,
-                    len(self.found),
-                    size - self.commit.end,
-                    size - keep,
-                    side,
-                )
-                if size > self.commit.end
-                else None
-            )
-        finally:
-            try:
-                self.map.close()
-            except BufferError:
-                pass  # an exception's traceback still holds views of the map; they free it
-
-    def read(self, offset: int, n: int) -> memoryview:
-        return memoryview(self.map)[offset : offset + n]
-
-
-class _ZstdFile:
-    """An existing compressed container opened for appending.
-
-    A crash leaves frames after the last seek table; the complete ones whose bytes are
-    complete records are kept (their frames stay as they are), the rest goes to a side file.
-    """
-
-    def __init__(self, fd: int, size: int, path: str):
-        source = ZstdSource(fd, size, cache_bytes=DEFAULT_CACHE_BYTES, map_tail=True)
-        try:
-            self.header = parse_header(source.read, source.size)
-            source.set_alignment(self.header.alignment)
-            self.commit = source.last_commit(self.header)
-            if self.commit.end != source.size:
-                raise FormatError("the last seek table does not end at a commit", size)
-            self.dictionary = source.dictionary
-            table = source.table
-            if table.checksums is None:  # valid seekable, but its next table could not list them
-                reason = "seek table has no checksums (Checksum_Flag 0): cannot append to it"
-                raise FormatError(reason, table.table_offset)
-            frames = [list(x) for x in table.entries_for_next_table()]
-            self.found, self.keep, kept = self._salvage(source, table.end, size)
-            for csize, dsize, checksum in kept:
-                frames[0].append(csize)
-                frames[1].append(dsize)
-                frames[2].append(checksum)
-            self.frames = frames
-            self.logical_end = source.size + sum(d for _, d, _ in kept)
-            side = None
-            if size > self.keep:
-                side = _side_file(path, self.keep, source.map[self.keep : size])
-            self.salvage = None
-            if size > table.end:
-                self.salvage = Salvage(
-                    self.commit.record_count,
-                    len(self.found),
-                    size - table.end,
-                    size - self.keep,
-                    side,
-                )
-        finally:
-            source.close()
-
-    def _salvage(self, source: ZstdSource, start: int, size: int) -> tuple:
-        # Decompressed tail bytes are held in memory: bounded by the reader's frame cap per
-        # frame, and in all by SALVAGE_EXPANSION times the compressed tail plus one frame.
-        # Frames past either bound are not salvaged (they go to the side file).
-        frames, logical, pos = [], bytearray(), start
-        room = MAX_FRAME_SIZE + SALVAGE_EXPANSION * (size - start)
-        while pos < size:
-            n = frame_extent(source.map, pos, size)
-            if n is None:
-                break
-            data = _decompress_tail_frame(source, pos, n, min(MAX_FRAME_SIZE, room))
-            if data is None:
-                break
-            (checksum,) = struct.unpack_from("<I", source.map, pos + n - 4)
-            frames.append((n, len(data), checksum, pos + n))
-            logical += data
-            room -= len(data)
-            pos += n
-        base = source.size
-        if not frames:
-            return [], start, []
-
-        def read(offset: int, n: int) -> memoryview:
-            return memoryview(logical)[offset - base : offset - base + n]
-
-        found, good_end = _scan_tail(
-            read,
-            self.header,
-            align_up(base, self.header.alignment),
-            base + len(logical),
-            logical,
-            base,
-        )
-        if not found:  # frames of alignment padding alone are no records: nothing to keep
-            return [], start, []
-        kept, logical_end, keep = [], base, start
-        for csize, dsize, checksum, physical_end in frames:
-            if logical_end + dsize > good_end:
-                break  # a frame holding anything but complete records is not kept
-            kept.append((csize, dsize, checksum))
-            logical_end += dsize
-            keep = physical_end
-        found = [f for f in found if f[0] + FRAME_SIZE + f[1] <= logical_end]
-        return found, keep, kept
 
 
 _LIVE_WRITERS: weakref.WeakSet = weakref.WeakSet()
@@ -293,48 +90,6 @@ def _serialized(method: Any) -> Any:
             return method(self, *args, **kwargs)
 
     return locked
-
-
-def _died_before_first_commit(fd: int, size: int) -> bytes | None:
-    """For a compressed file whose writer died while creating it (its header frame is
-    written, the first seek table is not): the file's dictionary (b"" if none). None for any
-    other file: one with a seek table, or one that does not start with our header."""
-    with mmap.mmap(fd, size, access=mmap.ACCESS_READ) as data:
-        # Any valid table, whatever its frames' sizes: one over the cap is an error for
-        # _ZstdFile to raise, not a file to start afresh.
-        if find_last_seek_table(data, size, max_frame_size=MAX_FRAME_DECOMPRESSED_SIZE):
-            return None
-        dictionary = read_dictionary(data, size)
-        start = 8 + len(dictionary) if dictionary else 0
-        length = frame_extent(data, start, size)
-        if length is None:
-            return None
-        dict_data = zstandard.ZstdCompressionDict(dictionary) if dictionary else None
-        try:
-            reader = new_decompressor(dict_data).stream_reader(data[start : start + length])
-            head = reader.read(len(MAGIC))  # bounded, whatever the frame claims
-        except zstandard.ZstdError:
-            return None
-    return (dictionary or b"") if head == MAGIC else None
-
-
-def _decompress_tail_frame(source: ZstdSource, pos: int, n: int, cap: int) -> Any:
-    """The bytes of the complete zstd frame at ``pos`` (``n`` bytes; no seek table lists it),
-    or None if it declares more than ``cap`` bytes or does not decompress to what it
-    declares: checked before any allocation (its header, its blocks' capacity)."""
-    frame = source.map[pos : pos + n]
-    try:
-        declared = zstandard.get_frame_parameters(frame).content_size
-    except zstandard.ZstdError:
-        return None
-    if declared > cap:  # frame_extent already refused an unknown content size
-        return None
-    (checksum,) = struct.unpack_from("<I", frame, n - 4)
-    table = table_from_lists([n], [declared], [checksum])
-    try:
-        return memoryview(decompress_frame(frame, table, 0, dctx=source.dctx))
-    except FormatError:
-        return None
 
 
 def _check_alignment(alignment: int) -> None:
@@ -438,19 +193,7 @@ class Writer(WriterFields):
         self.file_id = new_file_id()
         writer_info = f"evalue_store {__version__}"
         header = encode_header(alignment, self.file_id, time.time_ns(), writer_info)
-        if compression == "zstd":
-            frames: tuple[list, list, list] = ([], [], [])
-            physical = 0
-            if dictionary:
-                head = dictionary_frame(dictionary)
-                pwrite_all(self._fd, memoryview(head), 0)
-                frames = ([len(head)], [0], [EMPTY_CHECKSUM])
-                physical = len(head)
-            self._sink: Any = ZstdSink(
-                self._fd, physical, 0, frames, dictionary=dictionary, **self._zstd
-            )
-        else:
-            self._sink = PlainSink(self._fd, 0)
+        self._sink: Any = new_sink(self._fd, compression, dictionary, **self._zstd)
         self._commit = empty_commit(len(header))
         self._sink.write(header, len(header))
         self._metadata_dirty = True
@@ -458,16 +201,13 @@ class Writer(WriterFields):
         self._commit_now()
 
     def _open_existing(self, size: int, new_metadata: bool, alignment: int) -> None:
-        compressed = is_compressed(os.pread(self._fd, 8, 0))
-        if compressed:
-            dictionary = _died_before_first_commit(self._fd, size)
-            if dictionary is not None:  # nothing was ever committed: start it afresh
-                side = _side_file(self.path, 0, os.pread(self._fd, size, 0))
-                os.ftruncate(self._fd, 0)  # no reader can have opened it: it has no commit
-                self._create(alignment, "zstd", dictionary or None)
-                self.salvage = Salvage(0, 0, size, size, side)
-                return
-        state: Any = (_ZstdFile if compressed else _PlainFile)(self._fd, size, self.path)
+        state = open_for_append(self._fd, size, self.path)
+        if isinstance(state, Restart):  # nothing was ever committed: start it afresh
+            side = side_file(self.path, 0, os.pread(self._fd, size, 0))
+            os.ftruncate(self._fd, 0)  # no reader can have opened it: it has no commit
+            self._create(alignment, "zstd", state.dictionary)
+            self.salvage = Salvage(0, 0, size, size, side)
+            return
         if state.commit.number >= (1 << 64) - 1:  # a footer's u64 counter cannot go on
             reason = "commit number is at its 64-bit maximum: cannot commit again"
             raise FormatError(reason, state.commit.footer_offset)
@@ -479,17 +219,7 @@ class Writer(WriterFields):
         self._committed_size = state.keep
         if state.keep < size:
             os.ftruncate(self._fd, state.keep)
-        if compressed:
-            self._sink = ZstdSink(
-                self._fd,
-                state.keep,
-                state.logical_end,
-                state.frames,
-                dictionary=state.dictionary,
-                **self._zstd,
-            )
-        else:
-            self._sink = PlainSink(self._fd, state.keep)
+        self._sink = state.sink(self._fd, **self._zstd)
         for offset, length, crc in state.found:
             self._pending += ENTRY.pack(offset, length, crc, 0)
         if state.found or self._commit.number == 0:

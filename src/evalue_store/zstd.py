@@ -20,8 +20,18 @@ import numpy as np
 import zstandard
 
 from .bounded import open_regular
-from .container import Commit, Header, parse_footer_at
+from .container import (
+    FRAME_SIZE,
+    MAGIC,
+    Commit,
+    Header,
+    align_up,
+    open_container,
+    parse_footer_at,
+)
 from .errors import FormatError
+from .plain import pwrite_all
+from .salvage import Salvage, scan_tail, side_file
 from .seekable import (
     EMPTY_CHECKSUM,
     MAX_FRAME_DECOMPRESSED_SIZE,
@@ -33,6 +43,7 @@ from .seekable import (
     decompress_frame,
     encode_seek_table,
     find_last_seek_table,
+    frame_extent,
     new_compressor,
     new_decompressor,
     read_seek_table,
@@ -47,6 +58,7 @@ BIG_FRAME_SIZE = 1 << 20
 MAX_FRAME_SIZE = 64 << 20
 DEFAULT_CACHE_BYTES = 32 << 20
 SMALL_FRAME = 64 << 10  # frames up to this size take the short decompression path
+SALVAGE_EXPANSION = 64  # recovery decompresses at most this much per byte of compressed tail
 MAX_DICT_SIZE = 1 << 20
 
 
@@ -169,8 +181,13 @@ class ZstdSource:
         self._doffsets = memoryview(table.decompressed_offsets)
         self._checksums = None if table.checksums is None else memoryview(table.checksums)
 
+    compressed = True
+    checks_content = True  # every frame's content checksum is checked as it is decompressed
+    mapped = None  # the logical bytes exist only in decompressed frames
+
     @property
-    def committed_physical_end(self) -> int:
+    def physical_end(self) -> int:
+        """File bytes up to the last commit: to the end of its seek table."""
         return self.table.end
 
     def set_alignment(self, alignment: int) -> None:
@@ -323,69 +340,21 @@ class ZstdSource:
             pass
 
 
-class PlainSink:
-    """Writes the logical bytes straight to the file (the uncompressed container)."""
-
-    FLUSH_BYTES = 4 << 20  # buffer small writes up to this much before a write(2)
-    DIRECT_BYTES = 1 << 20  # writes at least this large skip the buffer
-
-    def __init__(self, fd: int, pos: int):
-        self.fd = fd
-        self.pos = pos  # logical end, including the buffer
-        self.buf = bytearray(self.FLUSH_BYTES)  # allocated once: [0, fill) waits for a write(2)
-        self.fill = 0
-        self.marker: tuple[int, bytes] | None = None  # (file offset, bytes) of the last footer
-
-    def write(self, data: Any, size: int) -> None:
-        if size >= self.DIRECT_BYTES:
-            self.flush()
-            pwrite_all(self.fd, memoryview(data).cast("B"), self.pos)
-        else:
-            if self.fill + size > self.FLUSH_BYTES:
-                self.flush()
-            if type(data) is not bytearray:  # records are; anything else is seen as bytes
-                data = memoryview(data).cast("B")
-            self.buf[self.fill : self.fill + size] = data
-            self.fill += size
-        self.pos += size
-
-    def begin_block(self, size: int, granule: int = 0) -> None:
-        """Called before each block; only the frame layer cares where blocks start."""
-
-    def rewind(self, pos: int) -> bool:
-        """Forget what was written from logical offset ``pos`` on (a record whose write
-        failed part way): the next block goes there, and bytes of it already in the file are
-        cut off, so no stray bytes stay between blocks or after the last one. True: done."""
-        buffered_from = self.pos - self.fill
-        if pos < buffered_from:
-            os.ftruncate(self.fd, pos)
-        self.fill = max(0, pos - buffered_from)
-        self.pos = pos
-        return True
-
-    def flush(self) -> None:
-        if self.fill:
-            with memoryview(self.buf) as view:
-                pwrite_all(self.fd, view[: self.fill], self.pos - self.fill)
-            self.fill = 0
-
-    def end_commit(self, footer: bytes, sync: Any) -> None:
-        """Write the footer (the last ``len(footer)`` logical bytes): the commit's marker,
-        whose presence in the file makes the commit visible."""
-        self.marker = (self.pos - len(footer), footer)
-        self.flush()
-
-    @property
-    def physical_end(self) -> int:
-        """Bytes in the file once buffered writes are out."""
-        return self.pos
-
-    def read(self, offset: int, n: int) -> bytes:
-        self.flush()
-        data = os.pread(self.fd, n, offset)
-        if len(data) != n:
-            raise OSError(f"short read of {n} bytes at {offset}")
-        return data
+def open_zstd(
+    fd: int, size: int, *, cache_bytes: int, max_frame_size: int
+) -> tuple[ZstdSource, Header, Commit]:
+    """Open a compressed container at its last commit; the descriptor is closed (the source
+    keeps its own mapping)."""
+    try:
+        source = ZstdSource(fd, size, cache_bytes=cache_bytes, max_frame_size=max_frame_size)
+    finally:
+        os.close(fd)
+    try:
+        header, commit = open_container(source)
+    except BaseException:
+        source.close()
+        raise
+    return source, header, commit
 
 
 class ZstdSink:
@@ -523,13 +492,6 @@ class _FdSource:
         raise OSError("read with pread")
 
 
-def pwrite_all(fd: int, view: memoryview, offset: int) -> None:
-    # pwrite: explicit offsets, so nothing depends on the descriptor's file position.
-    while view:
-        written = os.pwrite(fd, view, offset)
-        view, offset = view[written:], offset + written
-
-
 def train_dictionary(records: Any, size: int = 64 << 10, alignment: int = 64) -> bytes:
     """Train a zstd dictionary on sample records (lists of values), for ``Writer(dictionary=)``.
 
@@ -563,3 +525,144 @@ def read_dictionary_file(path: str | os.PathLike) -> bytes | None:
             return None
         size = os.fstat(f.fileno()).st_size
         return read_dictionary(head + f.read(min(MAX_DICT_SIZE, size - 8)), size)
+
+
+class ZstdFile:
+    """An existing compressed container opened for appending.
+
+    A crash leaves frames after the last seek table; the complete ones whose bytes are
+    complete records are kept (their frames stay as they are), the rest goes to a side file.
+    """
+
+    def __init__(self, fd: int, size: int, path: str):
+        source = ZstdSource(fd, size, cache_bytes=DEFAULT_CACHE_BYTES, map_tail=True)
+        try:
+            self.header, self.commit = open_container(source)
+            if self.commit.end != source.size:
+                raise FormatError("the last seek table does not end at a commit", size)
+            self.dictionary = source.dictionary
+            table = source.table
+            if table.checksums is None:  # valid seekable, but its next table could not list them
+                reason = "seek table has no checksums (Checksum_Flag 0): cannot append to it"
+                raise FormatError(reason, table.table_offset)
+            frames = [list(x) for x in table.entries_for_next_table()]
+            self.found, self.keep, kept = self._salvage(source, table.end, size)
+            for csize, dsize, checksum in kept:
+                frames[0].append(csize)
+                frames[1].append(dsize)
+                frames[2].append(checksum)
+            self.frames = frames
+            self.logical_end = source.size + sum(d for _, d, _ in kept)
+            side = None
+            if size > self.keep:
+                side = side_file(path, self.keep, source.map[self.keep : size])
+            self.salvage = None
+            if size > table.end:
+                self.salvage = Salvage(
+                    self.commit.record_count,
+                    len(self.found),
+                    size - table.end,
+                    size - self.keep,
+                    side,
+                )
+        finally:
+            source.close()
+
+    def sink(self, fd: int, *, level: int, frame_size: int) -> ZstdSink:
+        """The sink that goes on after the kept frames, with the file's own dictionary."""
+        return ZstdSink(
+            fd,
+            self.keep,
+            self.logical_end,
+            self.frames,
+            dictionary=self.dictionary,
+            level=level,
+            frame_size=frame_size,
+        )
+
+    def _salvage(self, source: ZstdSource, start: int, size: int) -> tuple:
+        # Decompressed tail bytes are held in memory: bounded by the reader's frame cap per
+        # frame, and in all by SALVAGE_EXPANSION times the compressed tail plus one frame.
+        # Frames past either bound are not salvaged (they go to the side file).
+        frames, logical, pos = [], bytearray(), start
+        room = MAX_FRAME_SIZE + SALVAGE_EXPANSION * (size - start)
+        while pos < size:
+            n = frame_extent(source.map, pos, size)
+            if n is None:
+                break
+            data = decompress_tail_frame(source, pos, n, min(MAX_FRAME_SIZE, room))
+            if data is None:
+                break
+            (checksum,) = struct.unpack_from("<I", source.map, pos + n - 4)
+            frames.append((n, len(data), checksum, pos + n))
+            logical += data
+            room -= len(data)
+            pos += n
+        base = source.size
+        if not frames:
+            return [], start, []
+
+        def read(offset: int, n: int) -> memoryview:
+            return memoryview(logical)[offset - base : offset - base + n]
+
+        found, good_end = scan_tail(
+            read,
+            self.header,
+            align_up(base, self.header.alignment),
+            base + len(logical),
+            logical,
+            base,
+        )
+        if not found:  # frames of alignment padding alone are no records: nothing to keep
+            return [], start, []
+        kept, logical_end, keep = [], base, start
+        for csize, dsize, checksum, physical_end in frames:
+            if logical_end + dsize > good_end:
+                break  # a frame holding anything but complete records is not kept
+            kept.append((csize, dsize, checksum))
+            logical_end += dsize
+            keep = physical_end
+        found = [f for f in found if f[0] + FRAME_SIZE + f[1] <= logical_end]
+        return found, keep, kept
+
+
+def died_before_first_commit(fd: int, size: int) -> bytes | None:
+    """For a compressed file whose writer died while creating it (its header frame is
+    written, the first seek table is not): the file's dictionary (b"" if none). None for any
+    other file: one with a seek table, or one that does not start with our header."""
+    with mmap.mmap(fd, size, access=mmap.ACCESS_READ) as data:
+        # Any valid table, whatever its frames' sizes: one over the cap is an error for
+        # opening the file to raise, not a file to start afresh.
+        if find_last_seek_table(data, size, max_frame_size=MAX_FRAME_DECOMPRESSED_SIZE):
+            return None
+        dictionary = read_dictionary(data, size)
+        start = 8 + len(dictionary) if dictionary else 0
+        length = frame_extent(data, start, size)
+        if length is None:
+            return None
+        dict_data = zstandard.ZstdCompressionDict(dictionary) if dictionary else None
+        try:
+            reader = new_decompressor(dict_data).stream_reader(data[start : start + length])
+            head = reader.read(len(MAGIC))  # bounded, whatever the frame claims
+        except zstandard.ZstdError:
+            return None
+    return (dictionary or b"") if head == MAGIC else None
+
+
+def decompress_tail_frame(source: ZstdSource, pos: int, n: int, cap: int) -> Any:
+    """The bytes of the complete zstd frame at ``pos`` (``n`` bytes; no seek table lists it),
+    or None if it declares more than ``cap`` bytes or does not decompress to what it
+    declares: checked before any allocation (its header, its blocks' capacity)."""
+    frame = source.map[pos : pos + n]
+    try:
+        declared = zstandard.get_frame_parameters(frame).content_size
+    except zstandard.ZstdError:
+        return None
+    if declared > cap:  # frame_extent already refused an unknown content size
+        return None
+    (checksum,) = struct.unpack_from("<I", frame, n - 4)
+    table = table_from_lists([n], [declared], [checksum])
+    try:
+        return memoryview(decompress_frame(frame, table, 0, dctx=source.dctx))
+    except FormatError:
+        return None

@@ -1,0 +1,67 @@
+"""Recovery after a crash, shared by both physical variants (docs/FORMAT.md, "Recovery").
+
+A writer that died leaves a tail after the last commit. Its complete, checksum-valid,
+decodable records are kept; every other byte is first copied to a side file, so nothing is
+deleted that was not saved.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from .codec import decode_payload
+from .container import Header, align_up, scan_frames
+from .files import fsync_dir
+
+
+@dataclass(frozen=True)
+class Salvage:
+    """What opening a file with an uncommitted tail found after its last commit."""
+
+    committed_records: int
+    salvaged_records: int
+    tail_bytes: int  # bytes after the last commit
+    damaged_bytes: int  # bytes that were not complete records, moved to ``side_file``
+    side_file: str | None
+
+
+def side_file(path: str, keep: int, data: Any) -> str:
+    """Save bytes that recovery will cut off, fsynced, under a name no other file has."""
+    side = f"{path}.tail-{keep}"
+    counter = 0
+    while os.path.exists(side):
+        counter += 1
+        side = f"{path}.tail-{keep}.{counter}"
+    try:
+        with open(side, "xb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        fsync_dir(side)  # the bytes are cut from the container next: their new name must last
+    except BaseException:
+        with contextlib.suppress(OSError):  # a partial copy saves nothing: the file is intact
+            os.unlink(side)
+        raise
+    return side
+
+
+def scan_tail(read: Any, header: Header, start: int, end: int, buf: Any, base: int) -> tuple:
+    """Complete, checksum-valid, decodable record frames in logical bytes [start, end).
+
+    ``buf[offset - base]`` holds logical byte ``offset``. Returns (frames, end of the last
+    frame including its zero padding, or ``start`` if none).
+    """
+
+    def validate(offset: int, length: int) -> None:
+        decode_payload(buf, offset - base, length, header.alignment)
+
+    found, good_end = scan_frames(read, start, end, header.alignment, validate)
+    if not found:
+        return found, start
+    padded = min(align_up(good_end, header.alignment), end)
+    if not any(read(good_end, padded - good_end)):  # the last record's own zero padding
+        good_end = padded
+    return found, good_end
