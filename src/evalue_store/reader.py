@@ -6,7 +6,6 @@ import bisect
 import os
 import zlib
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -19,40 +18,22 @@ from .container import (
     ENTRY_DTYPE,
     ENTRY_SIZE,
     FRAME_SIZE,
-    HEADER_FIXED,
     Commit,
     Header,
     check_frame,
     crc32,
-    parse_footer_from,
     parse_metadata,
 )
 from .errors import FormatError
 from .fields import stored_names, to_dict
 from .indexing import Index
 from .physical import open_source
+from .verify import VerifyReport, verify_dataset
 from .zstd import DEFAULT_CACHE_BYTES, MAX_FRAME_SIZE
 
 MAX_LAYOUTS = 1024  # record structures remembered per reader (bounded: lengths may all differ)
 SCAN_CHUNK = 512  # index entries a scan decodes at a time
 OPEN_ATTEMPTS = 5  # opens retried while a writer changes the file's tail underneath
-MAX_LISTED = 1000  # bad records verify lists one by one (it counts the others)
-
-
-@dataclass
-class VerifyReport:
-    """What ``Dataset.verify`` found; ``ok`` is True when nothing is wrong. ``bad_records``
-    lists the first MAX_LISTED bad records; ``problems`` counts any more."""
-
-    records: int = 0
-    bytes_checked: int = 0
-    bad_records: list[tuple[int, str]] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)
-    uncommitted_bytes: int = 0
-
-    @property
-    def ok(self) -> bool:
-        return not self.bad_records and not self.problems
 
 
 class Dataset:
@@ -131,7 +112,7 @@ class Dataset:
 
     @property
     def compressed(self) -> bool:
-        """True when the file is stored as zstd frames (docs/FRAMES.md)."""
+        """True when the file is stored as zstd frames (docs/FORMAT.md section 16)."""
         self._ensure_open()
         return self._source.compressed
 
@@ -319,7 +300,7 @@ class Dataset:
             raise FormatError(reason, offset, self.path)
 
     def raw(self, index: int) -> memoryview:
-        """Record ``index`` as stored: its payload bytes (docs/FORMAT.md section 4), as a
+        """Record ``index`` as stored: its payload bytes (docs/FORMAT.md section 3), as a
         read-only view valid while the dataset is open.
 
         Checked: the frame header must match the index entry and, with ``verify``, the
@@ -533,138 +514,11 @@ class Dataset:
         ``progress`` (optional) is called with the number of records checked so far.
         """
         self._ensure_open()
-        report = VerifyReport(records=self._len, uncommitted_bytes=self.uncommitted_bytes)
-        try:
-            _ = self.metadata  # parses and checks it
-        except FormatError as exc:
-            report.problems.append(str(exc))
-        self._verify_index(report)
-        saved, self._crc_on_read = self._crc_on_read, True  # verify checks every record CRC
-        reach = unlisted = 0
-        try:
-            for first, count, piece in bounded.index_pieces(self._source.read, self._segments):
-                if isinstance(piece, FormatError):
-                    reason = f"index entry unreadable: {piece.reason}"
-                    bad = [(i, reason) for i in range(first, first + count)]
-                else:
-                    bad, reach = self._verify_piece(report, first, piece, reach)
-                for i, reason in bad:
-                    if len(report.bad_records) < MAX_LISTED:
-                        report.bad_records.append((i, reason))
-                    else:  # a compressed index can hold billions: memory stays bounded
-                        unlisted += 1
-                if progress is not None:
-                    progress(first + count)
-        finally:
-            self._crc_on_read = saved
-        if unlisted:
-            report.problems.append(f"{unlisted} more bad records (the first {MAX_LISTED} listed)")
-        commits = self._verify_history(report)
-        if report.ok:  # gaps are only meaningful between blocks known to be sound
-            self._verify_padding(report, commits)
-        report.problems += self._source.verify_frames()
-        if self.uncommitted_bytes:
-            report.problems.append(
-                f"{self.uncommitted_bytes} bytes after the last commit (a writer crashed or is "
-                "still writing); recovery salvages complete records from them"
-            )
-        return report
-
-    def _verify_piece(
-        self, report: VerifyReport, first: int, entries: np.ndarray, reach: int
-    ) -> tuple[list[tuple[int, str]], int]:
-        """Read and check records ``first``... of a piece of the index; returns the bad ones
-        and the new reach (the end of the last good frame). A record starting before it is
-        bad unread, so no byte is checked twice however the index points."""
-        bad = []
-        for i, (offset, length, crc, reserved) in enumerate(entries.tolist(), first):
-            try:
-                if reserved:
-                    raise FormatError(f"index entry of record {i} has reserved bits set", offset)
-                if offset < reach:
-                    raise FormatError(f"record {i}: {SHADOWED}", offset)
-                self._read(i, offset, length, crc)
-                report.bytes_checked += FRAME_SIZE + length
-                reach = offset + FRAME_SIZE + length
-            except FormatError as exc:
-                bad.append((i, exc.reason))
-        return bad, reach
-
-    def _verify_index(self, report: VerifyReport) -> None:
-        """Segment checksums, a chunk at a time (a compressed index can exceed memory)."""
-        for k, seg in enumerate(self._segments):
-            try:
-                crc = 0
-                for _, entries in bounded.index_chunks(self._source.read, seg):
-                    crc = zlib.crc32(entries, crc)
-            except FormatError as exc:
-                report.problems.append(f"index segment {k} unreadable: {exc}")
-                continue
-            if crc != seg.crc:
-                report.problems.append(f"index segment {k} at {seg.offset}: checksum mismatch")
-
-    def _verify_history(self, report: VerifyReport) -> list[Commit]:
-        """Walk the chain of earlier footers and check them and the index segments they name;
-        returns the commits walked, the last one first."""
-        checked = {seg.offset for seg in self._segments}  # segments' and metadata offsets
-        checked.add(self.commit.metadata_offset)
-        commit = self.commit
-        commits, hashed = [commit], 0  # footers and blocks are disjoint: at most the file
-        while commit.prev_footer and hashed <= self.commit.end:
-            try:
-                older = parse_footer_from(
-                    self._source.read, commit.prev_footer, commit.footer_offset, self.header
-                )
-            except FormatError:
-                older = None
-            if older is None or older.number != commit.number - 1:
-                report.problems.append(
-                    f"footer of commit {commit.number - 1} at {commit.prev_footer} is damaged"
-                )
-                return commits
-            hashed += older.end - older.footer_offset
-            for offset, length, crc, what in _checksummed_blocks(older):
-                if offset not in checked:
-                    checked.add(offset)
-                    hashed += length
-                    if hashed > self.commit.end:
-                        break
-                    if not bounded.intact(self._source.read, offset, length, crc):
-                        report.problems.append(
-                            f"{what} at {offset} of commit {older.number} is damaged"
-                        )
-            commit = older
-            commits.append(commit)
-        if commit.prev_footer:
-            report.problems.append("earlier footers name overlapping blocks: not all checked")
-        return commits
-
-    def _verify_padding(self, report: VerifyReport, commits: list[Commit]) -> None:
-        """Every byte between blocks must be zero (docs/FORMAT.md section 2). No checksum
-        covers these gaps and no read looks at them, so this is the only check they get."""
-        header_length = HEADER_FIXED.unpack(bytes(self._source.read(0, HEADER_FIXED.size)))[5]
-        blocks = [(0, header_length)]
-        for commit in commits:
-            blocks.append((commit.footer_offset, commit.end))
-            blocks += [(offset, offset + n) for offset, n, _, _ in _checksummed_blocks(commit)]
-        problem = bounded.padding_problem(self._source.read, blocks, self._segments)
-        report.problems += [problem] if problem else []
+        return verify_dataset(self, progress)
 
     def __repr__(self) -> str:
         state = "closed" if self._source is None else f"{self._len} records"
         return f"<evalue_store.Dataset {self.path!r} {state}>"
-
-
-def _checksummed_blocks(commit: Commit) -> list[tuple[int, int, int, str]]:
-    """(offset, length, crc32, name) of the index segments and metadata block a footer names."""
-    blocks = [
-        (seg.offset, seg.count * ENTRY_SIZE, seg.crc, "index segment") for seg in commit.segments
-    ]
-    if commit.metadata_length:
-        blocks.append(
-            (commit.metadata_offset, commit.metadata_length, commit.metadata_crc, "metadata block")
-        )
-    return blocks
 
 
 def open_dataset(
