@@ -626,7 +626,7 @@ def test_verify_lists_a_bounded_number_of_bad_records(tmp_path):
         report = ds.verify()
     assert len(report.bad_records) == 1000 and report.bad_records[0][0] == 0
     assert f"{174_762 - 1000} more bad records" in " ".join(report.problems)
-    assert report.bad_records[0] == (0, "record 0 at bad offset 0")
+    assert report.bad_records[0] == (0, "record 0: bad offset 0")
 
 
 def test_info_and_stats_stream_an_index_bigger_than_memory(tmp_path):

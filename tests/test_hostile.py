@@ -220,24 +220,7 @@ def test_deeply_nested_metadata_is_a_format_error(tmp_path):
     path = tmp_path / "deep.evs"
     with evs.Writer(path, metadata={"a": 1}) as w:
         w.append([1])
-    with evs.open(path) as ds:
-        commit, file_id = ds.commit, ds.header.file_id
-    data = bytearray(path.read_bytes())
-    del data[commit.footer_offset :]
-    meta = b"[" * 100_000 + b"]" * 100_000
-    meta_at = align_up(len(data), 64)
-    data += bytes(meta_at - len(data)) + meta
-    footer_at = align_up(len(data), 64)
-    data += bytes(footer_at - len(data))
-    new = replace(
-        commit,
-        metadata_offset=meta_at,
-        metadata_length=len(meta),
-        metadata_crc=crc32(meta),
-        footer_offset=footer_at,
-    )
-    data += encode_footer(footer_at, file_id, new)
-    path.write_bytes(data)
+    _with_metadata(path, b"[" * 100_000 + b"]" * 100_000)
     with evs.open(path) as ds:
         assert ds[0] == [1]
         with pytest.raises(evs.FormatError, match="not JSON"):

@@ -113,12 +113,15 @@ WRONG_KIND = [
 ]
 
 
+def _every_dataset_raises(paths, index, error: type[Exception]) -> None:
+    for _name, ds, _ in _datasets(paths):
+        with pytest.raises(error):
+            ds[index]
+
+
 @pytest.mark.parametrize("index", WRONG_KIND, ids=repr)
 def test_wrong_kinds_raise_type_error(paths, index):
-    for name, ds, _ in _datasets(paths):
-        with pytest.raises(TypeError):
-            ds[index]
-        print(name, "ok")
+    _every_dataset_raises(paths, index, TypeError)
 
 
 OUT_OF_RANGE = [
@@ -142,10 +145,7 @@ OUT_OF_RANGE = [
 
 @pytest.mark.parametrize("index", OUT_OF_RANGE, ids=repr)
 def test_out_of_range_and_wrong_length_raise_index_error(paths, index):
-    for name, ds, _ in _datasets(paths):
-        with pytest.raises(IndexError):
-            ds[index]
-        print(name, "ok")
+    _every_dataset_raises(paths, index, IndexError)
 
 
 def test_get_many_takes_sequences_only(paths):

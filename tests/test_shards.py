@@ -263,7 +263,7 @@ def test_open_options_reach_every_shard_and_survive_pickling(tmp_path):
     assert ds[2][0].nbytes == 8
     copy = pickle.loads(pickle.dumps(ds))
     for shards in (ds, copy):
-        with pytest.raises(evs.FormatError, match="record 0 is .* over max_record_bytes=1024"):
+        with pytest.raises(evs.FormatError, match="record 0: .* over max_record_bytes=1024"):
             shards[3]
         assert shards.shard(0).backend == "pread"
         assert shards.shard(1).max_record_bytes == 1024

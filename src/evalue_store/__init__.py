@@ -1,7 +1,7 @@
 """evalue_store: memory-mapped, append-only storage for ExecuTorch EValue[] training records."""
 
 from .dtypes import BFLOAT16, bfloat16_to_float32, float32_to_bfloat16
-from .errors import EncodeError, FormatError, WriterLockedError
+from .errors import ClosedError, EncodeError, Error, FormatError, WriterLockedError
 from .reader import Dataset, VerifyReport
 from .reader import open_dataset as open
 from .values import (
@@ -40,8 +40,10 @@ __all__ = [
     "recover",
     "train_dictionary",
     "Bool",
+    "ClosedError",
     "Double",
     "EncodeError",
+    "Error",
     "FormatError",
     "Int",
     "Kind",

@@ -1,31 +1,91 @@
-"""Exceptions raised by evalue_store."""
+"""Exceptions raised by evalue_store: one family, ``evalue_store.Error``.
+
+What a file's bytes get wrong is a ``FormatError`` with fields, so that callers (the CLI
+included) never parse messages: ``code`` is a stable word for the kind of problem,
+``detail`` says it in words, ``record`` names the record it was found in (or None),
+``offset`` the byte it was found at, and ``offset_in`` whether that offset counts bytes of
+the file ("file") or of the logical container a compressed file holds ("container").
+"""
 
 from __future__ import annotations
 
+# FormatError.code values. New codes may be added; a code's meaning never changes.
+MALFORMED = "malformed"  # bytes that break a rule of the format (the default)
+CHECKSUM = "checksum"  # a checksum does not match the bytes it covers
+TRUNCATED = "truncated"  # the bytes end before what they must hold
+OUT_OF_BOUNDS = "out-of-bounds"  # an offset or length points outside where it may
+LIMIT = "limit"  # a size over a limit of the format or of the reader (max_record_bytes, ...)
+METADATA = "metadata"  # the metadata block is not what the format allows
+FRAME = "frame"  # a zstd frame or seek table of a compressed file is damaged
+NOT_A_CONTAINER = "not-a-container"  # no evalue_store container at all (magic, file type)
 
-class FormatError(ValueError):
-    """Bytes that do not follow docs/FORMAT.md (or FRAMES.md, JAVA.md): truncated,
-    corrupted or hostile input.
 
-    ``offset`` is the byte position the problem was found at (None when it has no single
-    place), ``path`` the file it came from (None for in-memory buffers).
+class Error(Exception):
+    """Base of every exception evalue_store raises about data or files."""
+
+
+class FormatError(Error, ValueError):
+    """Bytes that do not follow docs/FORMAT.md (FRAMES.md, JAVA.md): truncated, corrupted or
+    hostile input.
+
+    ``reason`` is the message without its place (``record N: `` first, when ``record`` is
+    known); ``detail`` is the same without the record. ``offset`` is None when the problem
+    has no single place, ``path`` None for in-memory buffers.
     """
 
-    def __init__(self, reason: str, offset: int | None = None, path: str | None = None):
-        self.reason = reason
+    def __init__(
+        self,
+        reason: str,
+        offset: int | None = None,
+        path: str | None = None,
+        *,
+        record: int | None = None,
+        offset_in: str = "file",
+        code: str = MALFORMED,
+    ):
+        self.detail = reason
+        self.record = record
+        self.reason = reason if record is None else f"record {record}: {reason}"
         self.offset = offset
+        self.offset_in = offset_in
         self.path = path
+        self.code = code
         where = []
         if path is not None:
             where.append(str(path))
         if offset is not None:
-            where.append(f"offset {offset}")
-        super().__init__(f"{': '.join([', '.join(where), reason]) if where else reason}")
+            where.append(f"offset {offset}" if offset_in == "file" else f"logical offset {offset}")
+        text = self.reason
+        super().__init__(f"{', '.join(where)}: {text}" if where else text)
+
+    def at(
+        self,
+        *,
+        path: str | None = None,
+        record: int | None = None,
+        shift: int = 0,
+        offset_in: str | None = None,
+    ) -> FormatError:
+        """The same problem placed: in a file, a record, and with its offset moved by
+        ``shift`` (a position in a buffer made a position in the file)."""
+        return FormatError(
+            self.detail,
+            None if self.offset is None else self.offset + shift,
+            path if path is not None else self.path,
+            record=record if record is not None else self.record,
+            offset_in=offset_in or self.offset_in,
+            code=self.code,
+        )
 
 
-class EncodeError(ValueError):
+class EncodeError(Error, ValueError):
     """A value that has no EValue encoding (wrong type, out of range, unsupported dtype)."""
 
 
-class WriterLockedError(RuntimeError):
+class WriterLockedError(Error, RuntimeError):
     """Another writer holds the file's lock; only one writer may append at a time."""
+
+
+class ClosedError(Error, ValueError):
+    """A Writer, ShardWriter or Dataset used after it was closed (or, for a Writer, after a
+    failure it cannot undo: reopen the file)."""

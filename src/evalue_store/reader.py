@@ -24,7 +24,7 @@ from .container import (
     crc32,
     parse_metadata,
 )
-from .errors import FormatError
+from .errors import CHECKSUM, LIMIT, OUT_OF_BOUNDS, ClosedError, FormatError
 from .fields import stored_names, to_dict
 from .indexing import Index
 from .physical import open_source
@@ -125,6 +125,9 @@ class Dataset:
         # A compressed record was checked by its frame's content checksum when the frame
         # was decompressed; checking its CRC on every read would check the same bytes again.
         self._crc_on_read = self.verify_reads and not source.checks_content
+        # Offsets in a record's errors count bytes of the container: of the file itself only
+        # when it is plain.
+        self._offsets_in = "container" if source.compressed else "file"
         self._starts = []
         total = 0
         for seg in commit.segments:
@@ -159,7 +162,7 @@ class Dataset:
                 self._closed_by_pickle = False
                 self._load()
             else:
-                raise ValueError(f"{self.path}: dataset is closed")
+                raise ClosedError(f"{self.path}: dataset is closed")
 
     def __enter__(self) -> Dataset:
         return self
@@ -291,13 +294,14 @@ class Dataset:
         return self._read(i, *self._entry(i))
 
     def _check_entry(self, i: int, offset: int, length: int) -> None:
+        place = dict(path=self.path, record=i, offset_in=self._offsets_in)
         if offset % self.header.alignment or offset < self.header.data_start:
-            raise FormatError(f"record {i} at bad offset {offset}", offset, self.path)
+            raise FormatError(f"bad offset {offset}", offset, code=OUT_OF_BOUNDS, **place)
         if length > self.commit.end - offset - FRAME_SIZE:
-            raise FormatError(f"record {i} runs past the committed end", offset, self.path)
+            raise FormatError("runs past the committed end", offset, code=OUT_OF_BOUNDS, **place)
         if self.max_record_bytes is not None and length > self.max_record_bytes:
-            reason = f"record {i} is {length} bytes, over max_record_bytes={self.max_record_bytes}"
-            raise FormatError(reason, offset, self.path)
+            reason = f"{length} bytes, over max_record_bytes={self.max_record_bytes}"
+            raise FormatError(reason, offset, code=LIMIT, **place)
 
     def raw(self, index: int) -> memoryview:
         """Record ``index`` as stored: its payload bytes (docs/FORMAT.md section 4), as a
@@ -317,9 +321,9 @@ class Dataset:
             check_frame(bytes(buf[pos : pos + FRAME_SIZE]), offset, self.commit.end, length, crc)
             payload = memoryview(buf).cast("B")[pos + FRAME_SIZE : pos + FRAME_SIZE + length]
             if self._crc_on_read and zlib.crc32(payload) != crc:
-                raise FormatError("record checksum mismatch", offset)
+                raise FormatError("record checksum mismatch", offset, code=CHECKSUM)
         except FormatError as exc:
-            raise FormatError(f"record {i}: {exc.reason}", exc.offset, self.path) from None
+            raise exc.at(path=self.path, record=i, offset_in=self._offsets_in) from None
         return payload.toreadonly()
 
     def _read(self, i: int, offset: int, length: int, crc: int) -> list:
@@ -340,7 +344,7 @@ class Dataset:
                 if zlib.crc32(payload) != crc:  # say first if the frame disagrees with the index
                     head = bytes(buf[pos : pos + FRAME_SIZE])
                     check_frame(head, offset, self.commit.end, length, crc)
-                    raise FormatError("record checksum mismatch", offset)
+                    raise FormatError("record checksum mismatch", offset, code=CHECKSUM)
             layout = self._layouts.get(length)
             if layout is not None:
                 values = layout.decode(buf, pos, crc)  # checks the frame header too
@@ -350,11 +354,9 @@ class Dataset:
             try:
                 values = decode_payload(buf, pos, length, align)
             except FormatError as exc:  # its offsets are positions in buf: make them the file's
-                if exc.offset is not None:
-                    exc.offset += offset - pos
-                raise
+                raise exc.at(shift=offset - pos) from None
         except FormatError as exc:
-            raise FormatError(f"record {i}: {exc.reason}", exc.offset, self.path) from None
+            raise exc.at(path=self.path, record=i, offset_in=self._offsets_in) from None
         self._learn_layout(buf, pos, length)
         return values
 
@@ -414,7 +416,7 @@ class Dataset:
             yield from records
         except AttributeError:
             if self._source is None:  # closed during the scan: records handed out stay valid
-                raise ValueError(f"{self.path}: dataset is closed") from None
+                raise ClosedError(f"{self.path}: dataset is closed") from None
             raise
 
     def _shadow_check(self, chunk: np.ndarray, reach: int) -> tuple[int, int]:

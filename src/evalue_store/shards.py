@@ -42,7 +42,7 @@ import numpy as np
 from . import indexing
 from .bounded import open_regular
 from .container import encode_footer
-from .errors import FormatError
+from .errors import ClosedError, FormatError
 from .fields import FIELDS_KEY, Fields
 from .files import fsync_dir
 from .indexing import Index
@@ -336,7 +336,7 @@ class ShardWriter:
         """Append one record (a list, or a dict naming its values as for ``Writer``);
         returns its global index across all shards."""
         if self._closed:
-            raise ValueError("ShardWriter is closed")
+            raise ClosedError("ShardWriter is closed")
         _, fixed = self._fields.values(record)  # the same names across shards
         if self._writer is not None and self._full(self._writer):
             self._finish_shard()

@@ -37,7 +37,7 @@ from .container import (
     encode_header,
     new_file_id,
 )
-from .errors import EncodeError, FormatError
+from .errors import ClosedError, EncodeError, FormatError
 from .fields import WriterFields
 from .files import create_temp, fsync_dir, open_locked, replace_locked
 from .physical import Restart, new_sink, open_for_append
@@ -242,11 +242,11 @@ class Writer(WriterFields):
 
     def _check_open(self) -> None:
         if self._fd < 0:
-            raise ValueError(f"{self.path}: writer is closed")
+            raise ClosedError(f"{self.path}: writer is closed")
         if self._inflight is not None and not self._foreign:
             self._settle_inflight()
         if self._failed:
-            raise ValueError(f"{self.path}: {self._failed}")
+            raise ClosedError(f"{self.path}: {self._failed}")
 
     def _undo_record(self, offset: int, error: BaseException) -> None:
         """After a record's write failed part way (disk full, an interrupt): forget its bytes
@@ -262,28 +262,40 @@ class Writer(WriterFields):
                 "the last commit are lost: reopen the file with mode='a'"
             )
 
-    @_serialized
     def append(self, record: Sequence[Any] | Mapping[str, Any]) -> int:
         """Append one record: a list of values, or a dict naming them (``fields``; see
         ``evalue_store.fields``); returns its index. Visible after commit()."""
-        self._check_open()
-        values, fixed = self._record_values(record)  # a dict's values by the file's names
-        chunks, length, crc = encode_record(values, self.alignment)
-        sink = self._sink
-        offset = sink.pos
-        if offset & (self.alignment - 1):  # after a footer the file end may be unaligned
-            offset = self._align()
-        sink.begin_block(FRAME_SIZE + length)
-        try:
-            for chunk in chunks:
-                sink.write(chunk, len(chunk))  # bytearrays and 1-D uint8 arrays
-        except BaseException as exc:
-            self._undo_record(offset, exc)
-            raise
-        pending = self._pending
-        pending += ENTRY.pack(offset, length, crc, 0)
-        self._record_appended(fixed)
-        return self._commit.record_count + len(pending) // ENTRY_SIZE - 1
+        with self._mutex:  # inline, not _serialized: this is the per-record path
+            self._check_open()
+            fields = self.__dict__.get("_fields")
+            cls = type(record)
+            if (
+                fields is not None
+                and fields.positional
+                and fields.names is None
+                and (cls is list or cls is tuple)
+            ):
+                values, fixed = record, None  # lists into an unnamed file: nothing to check
+            else:
+                values, fixed = self._record_values(record)  # a dict's values by the names
+                fields = None
+            chunks, length, crc = encode_record(values, self.alignment)
+            sink = self._sink
+            offset = sink.pos
+            if offset & (self.alignment - 1):  # after a footer the file end may be unaligned
+                offset = self._align()
+            sink.begin_block(FRAME_SIZE + length)
+            try:
+                for chunk in chunks:
+                    sink.write(chunk, len(chunk))  # bytearrays and 1-D uint8 arrays
+            except BaseException as exc:
+                self._undo_record(offset, exc)
+                raise
+            pending = self._pending
+            pending += ENTRY.pack(offset, length, crc, 0)
+            if fields is None:
+                self._record_appended(fixed)
+            return self._commit.record_count + len(pending) // ENTRY_SIZE - 1
 
     @_serialized
     def append_raw(self, payload: Any, alignment: int | None = None) -> int:
@@ -491,7 +503,7 @@ class Writer(WriterFields):
         if self._failed:
             reason = self._failed
             self.abort()
-            raise ValueError(f"{self.path}: {reason}")
+            raise ClosedError(f"{self.path}: {reason}")
         try:
             self.commit()
         finally:

@@ -1,0 +1,68 @@
+"""One error family with fields: callers never parse messages (docs: errors.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import evalue_store as evs
+
+
+def make(path, compression=None) -> None:
+    with evs.Writer(path, compression=compression) as w:
+        w.extend([np.full(64, i, np.int64), f"r{i}"] for i in range(4))
+
+
+def test_every_error_is_in_the_family():
+    for cls in (evs.FormatError, evs.EncodeError, evs.WriterLockedError, evs.ClosedError):
+        assert issubclass(cls, evs.Error)
+    for cls in (evs.FormatError, evs.EncodeError, evs.ClosedError):
+        assert issubclass(cls, ValueError)  # as before: code catching ValueError still works
+
+
+def test_a_damaged_record_names_itself_in_fields(tmp_path):
+    path = tmp_path / "d.evs"
+    make(path)
+    with evs.open(path) as ds:
+        offset = int(ds.entries()["offset"][2])
+    data = bytearray(path.read_bytes())
+    data[offset + 40] ^= 1
+    path.write_bytes(bytes(data))
+    with evs.open(path) as ds:
+        with pytest.raises(evs.FormatError) as caught:
+            ds[2]
+        report = ds.verify()
+    exc = caught.value
+    assert (exc.record, exc.code, exc.detail, exc.offset, exc.offset_in) == (
+        2,
+        "checksum",
+        "record checksum mismatch",
+        offset,
+        "file",
+    )
+    assert exc.reason == "record 2: record checksum mismatch" and str(path) == exc.path
+    assert report.bad_records == [(2, "record 2: record checksum mismatch")]
+
+
+def test_offsets_of_a_compressed_files_records_count_container_bytes(tmp_path):
+    path = tmp_path / "d.evs.zst"
+    make(path, "zstd")
+    with evs.open(path, max_record_bytes=16) as ds:
+        offset = int(ds.entries()["offset"][1])
+        with pytest.raises(evs.FormatError) as caught:
+            ds[1]
+    exc = caught.value
+    assert (exc.record, exc.code, exc.offset, exc.offset_in) == (1, "limit", offset, "container")
+    assert f"logical offset {offset}" in str(exc)
+
+
+def test_closed_writers_and_datasets_raise_closed_error(tmp_path):
+    path = tmp_path / "d.evs"
+    w = evs.Writer(path)
+    w.close()
+    with pytest.raises(evs.ClosedError, match="writer is closed"):
+        w.append([1])
+    ds = evs.open(path)
+    ds.close()
+    with pytest.raises(evs.ClosedError, match="dataset is closed"):
+        ds[0]
