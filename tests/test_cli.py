@@ -152,7 +152,7 @@ def test_copy_keeps_compression_and_dictionary_and_can_realign(packed, tmp_path)
 
 
 def test_every_command_has_help_with_an_example(capsys):
-    names = [c.name for c in cli.COMMANDS]
+    names = [c.name for c in cli.registry.COMMANDS]
     assert {"demo", "info", "head", "show", "stats", "verify", "recover", "pack", "export"} <= set(
         names
     ) and "merge" in names
@@ -201,7 +201,7 @@ def test_demo_packs_reads_verifies_and_shows(tmp_path):
     assert "identical to the samples" in proc.stdout and "OK" in proc.stdout
     assert "[0] tokens: Tensor int64[128]" in proc.stdout and "[3] id: String" in proc.stdout
     with evs.open(out) as ds:
-        assert len(ds) == cli.DEMO_RECORDS and ds.verify().ok
+        assert len(ds) == cli.demo.DEMO_RECORDS and ds.verify().ok
         assert ds.fields == ("tokens", "features", "label", "id")
         assert ds[5][3] == "w1-00005" and ds[5][0].dtype == np.int64
 
@@ -422,7 +422,7 @@ def test_stats_html_is_a_well_formed_page_with_svg(varied, tmp_path):
 
 def test_histogram_counts_every_value_exactly():
     rng = np.random.default_rng(7)
-    numbers = cli.Numbers()
+    numbers = cli.stats.Numbers()
     chunks = [rng.standard_normal(n) * scale for n, scale in ((10, 1), (5000, 30), (70000, 0.1))]
     chunks.append(np.array([1e6, -5e5]))
     for chunk in chunks:
@@ -430,13 +430,13 @@ def test_histogram_counts_every_value_exactly():
     stats = numbers.to_json()
     everything = np.concatenate(chunks)
     edges, counts = np.array(stats["histogram"]["edges"]), stats["histogram"]["counts"]
-    assert len(numbers.hist.counts) == cli.Histogram.BINS  # memory stays fixed
+    assert len(numbers.hist.counts) == cli.stats.Histogram.BINS  # memory stays fixed
     assert sum(counts) == stats["count"] == everything.size
     index = np.searchsorted(edges, everything, side="right") - 1
     assert np.bincount(index, minlength=len(counts)).tolist() == counts
     assert stats["min"] == everything.min() and stats["max"] == everything.max()
     assert stats["mean"] == pytest.approx(everything.mean())
-    labels = cli.Numbers()
+    labels = cli.stats.Numbers()
     for i in range(1000):
         labels.add_scalar(i % 10)
     assert labels.to_json()["histogram"] == {
@@ -823,7 +823,7 @@ def test_a_writer_that_starts_during_a_run_is_not_replaced_either(tmp_path):
     with evs.Writer(out) as w:
         w.append(["old"])
     with pytest.raises(cli.CliError, match="a running writer has this file open"):
-        with cli.output_writer(str(out), append=False, force=True, metadata=None) as writer:
+        with cli.output.output_writer(str(out), append=False, force=True, metadata=None) as writer:
             writer.append(["new"])
             late = evs.Writer(out, "a")
     late.append(["late"])

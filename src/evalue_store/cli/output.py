@@ -1,0 +1,145 @@
+"""Writing outputs: checked before any work, built under a temporary name, and renamed into
+place only when complete, so an interrupted run never leaves half an output behind.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import secrets
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from typing import Any, BinaryIO
+
+import evalue_store as evs
+
+from ..container import MAGIC
+from ..files import fsync_dir, lock, replace_locked
+from ..zstd import is_compressed
+from .render import PROG, CliError
+
+LOCKED = "a running writer has this file open; not replaced (wait until it exits)"
+
+
+def check_output(path: str) -> None:
+    """An output's folder must exist and the output must not be a folder (the errors would
+    otherwise name the temporary file)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise CliError(path, f"no such folder {folder}")
+    if os.path.isdir(path):
+        raise CliError(path, "is a directory; give a file name")
+
+
+def refuse_container(path: str, what: str) -> None:
+    """A page or a dictionary never replaces a container (`stats F --html F`): it may hold
+    the only copy of its data."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(len(MAGIC))
+    except OSError:
+        return
+    if head == MAGIC or is_compressed(head):
+        raise CliError(path, f"is an evalue_store container; {what} never replaces one")
+
+
+def refuse_overwrite(path: str, force: bool, append: bool = False) -> None:
+    """Replacing a container takes --force: it may hold the only copy of some data. Checked
+    before any work: OUT's folder must exist, OUT must not be a folder nor a live writer's."""
+    check_output(path)
+    if not os.path.exists(path):
+        return
+    if not force:
+        flags = "--append to add to it or --force" if append else "--force"
+        raise CliError(path, f"already exists; use {flags} to replace it")
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return  # unreadable: the rename decides
+    try:
+        lock(fd, path)
+    except evs.WriterLockedError:
+        raise CliError(path, LOCKED) from None
+    finally:
+        os.close(fd)
+
+
+@contextmanager
+def replacing(path: str, *, clobber: bool = True, durable: bool = True) -> Iterator[str]:
+    """A temporary name beside ``path`` to build the output under; when the block ends, it is
+    renamed to ``path`` and the folder fsynced (``durable``). On any exception, Ctrl-C and
+    SIGTERM included, the temporary file is removed, so ``path`` is as it was or complete.
+
+    The rename is refused while a running Writer holds ``path`` (its later commits would go
+    to an unlinked inode); without ``clobber`` an existing ``path`` is never replaced.
+    """
+    check_output(path)
+    temp = f"{path}.{os.getpid()}-{secrets.token_hex(3)}.partial"
+    try:
+        yield temp
+        if clobber:
+            try:
+                replace_locked(temp, path, durable=durable)
+            except evs.WriterLockedError:
+                raise CliError(path, LOCKED) from None
+        else:
+            exists = CliError(path, "already exists; use --force to overwrite")
+            try:
+                os.link(temp, path)  # atomic, and fails if path exists
+                os.unlink(temp)
+            except FileExistsError:
+                raise exists from None
+            except OSError as exc:  # no hard links (FAT, some network filesystems)
+                if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP):
+                    raise
+                if os.path.exists(path):
+                    raise exists from None
+                os.rename(temp, path)
+            if durable:
+                fsync_dir(path)
+    except BaseException:
+        with suppress(FileNotFoundError):
+            os.unlink(temp)
+        raise
+
+
+@contextmanager
+def new_file(path: str, *, clobber: bool = True, durable: bool = True) -> Iterator[BinaryIO]:
+    """A binary file to write ``path``'s bytes into; they appear under ``path`` only when
+    complete and fsynced (see ``replacing``)."""
+    with replacing(path, clobber=clobber, durable=durable) as temp, open(temp, "xb") as out:
+        yield out
+        out.flush()
+        os.fsync(out.fileno())
+
+
+@contextmanager
+def output_writer(
+    path: str,
+    *,
+    append: bool,
+    force: bool,
+    metadata: dict | None,
+    alignment: int = 64,
+    **options: Any,
+) -> Iterator[evs.Writer]:
+    """A Writer for OUT. A new file is built under a temporary name and renamed when complete,
+    so a failed run never leaves a half-written OUT behind (nor replaces an old one).
+    ``options`` go to evs.Writer for a new file (compression settings)."""
+    if append:
+        with evs.Writer(path, "a", metadata=metadata) as writer:
+            if writer.salvage:
+                s = writer.salvage
+                print(
+                    f"{PROG}: {path}: salvaged {s.salvaged_records} records of a crashed "
+                    f"writer first"
+                    + (f"; damaged tail kept in {s.side_file}" if s.side_file else ""),
+                    file=sys.stderr,
+                )
+            yield writer
+        return
+    refuse_overwrite(path, force)
+    with replacing(path) as temp:
+        with evs.Writer(temp, "x", metadata=metadata, alignment=alignment, **options) as writer:
+            yield writer

@@ -1,0 +1,366 @@
+"""``pack`` and ``export``: from .npz, .npy, JSON Lines and Java .bin files into a
+container, and back out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import re
+import zipfile
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any, Callable
+
+import numpy as np
+from tqdm import tqdm
+
+import evalue_store as evs
+
+from .. import java
+from ..fields import FIELDS_KEY
+from ..files import fsync_dir
+from .output import new_file, output_writer, refuse_overwrite
+from .registry import command, file_arg, json_object
+from .render import (
+    EXIT_OK,
+    PROG,
+    CliError,
+    as_numbers,
+    error_line,
+    field_names,
+    kind_name,
+    located,
+    note,
+    open_dataset,
+    plural,
+    progress,
+)
+
+# An input yields (where, record); ``where`` names the file (and line) for error messages.
+Source = Iterator[tuple[str, list]]
+PACK_SUFFIXES = (".npz", ".npy", ".jsonl", ".ndjson", ".bin")
+FLOAT_DTYPES = ("float16", "float32", "float64", "bfloat16")
+
+
+def scalar_or_array(array: np.ndarray) -> Any:
+    """0-d bool/int/float/str/bytes arrays become plain values; anything else stays a tensor."""
+    if array.ndim or array.dtype.kind not in "biufUS":
+        return array
+    if array.dtype.kind == "S":
+        return array.tobytes()  # .item() would drop trailing NUL bytes
+    return array.item()
+
+
+def numpy_file(path: str, magic: bytes, what: str) -> None:
+    """Check a file's first bytes: np.load takes anything else for a pickle and says so."""
+    with open(path, "rb") as f:
+        head = f.read(len(magic))
+    if head != magic:
+        raise CliError(path, f"cannot read: {'empty file' if not head else 'not ' + what}")
+
+
+def npz_source(path: str, args: argparse.Namespace, fields: Counter) -> Source:
+    """One record per .npz file: its arrays in the order they are stored in the archive."""
+    numpy_file(path, b"PK", "a .npz file (a zip archive of .npy arrays)")
+    with np.load(path, allow_pickle=False) as npz:
+        fields[tuple(npz.files)] += 1
+        yield path, [scalar_or_array(npz[name]) for name in npz.files]
+
+
+def npy_source(path: str, args: argparse.Namespace, fields: Counter) -> Source:
+    numpy_file(path, b"\x93NUMPY", "a .npy file")
+    yield path, [scalar_or_array(np.load(path, allow_pickle=False))]
+
+
+def json_tensor(items: list, dtype: str) -> np.ndarray:
+    """A (nested, rectangular) JSON list of numbers as a tensor, by the documented rule."""
+    leaves: set[type] = set()
+    stack = [items]
+    while stack:
+        for item in stack.pop():
+            if isinstance(item, list):
+                stack.append(item)
+            elif isinstance(item, (bool, int, float)):
+                leaves.add(type(item))
+            else:
+                found = "null" if item is None else type(item).__name__
+                hint = " (give each string its own value, or join them)" if found == "str" else ""
+                raise ValueError(f"a list must hold only numbers or only bools, not {found}{hint}")
+    if bool in leaves and len(leaves) > 1:
+        raise ValueError("a list mixes bools and numbers")
+    try:
+        if float in leaves:
+            if dtype == "bfloat16":
+                return evs.float32_to_bfloat16(np.array(items, np.float32))
+            return np.array(items, dtype)
+        return np.array(items, bool if bool in leaves else np.int64)
+    except ValueError:
+        raise ValueError("nested lists must be rectangular (equal lengths at each level)") from None
+
+
+def json_value(value: Any, dtype: str) -> Any:
+    if isinstance(value, list):
+        return json_tensor(value, dtype)
+    if isinstance(value, dict):
+        raise ValueError("JSON objects have no EValue kind")
+    return value
+
+
+def jsonl_source(path: str, args: argparse.Namespace, fields: Counter) -> Source:
+    """One record per non-blank line; each line a JSON list of values."""
+    with open(path, encoding="utf-8") as lines:
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            where = f"{path}: line {number}"
+            try:
+                values = json.loads(line)
+                if not isinstance(values, list):
+                    raise ValueError("each line must be a JSON list (one record)")
+                record = []
+                for k, value in enumerate(values):
+                    try:
+                        record.append(json_value(value, args.dtype))
+                    except (ValueError, OverflowError) as exc:
+                        raise ValueError(f"value {k}: {exc}") from None
+            except ValueError as exc:
+                raise CliError(where, str(exc)) from None
+            yield where, record
+
+
+def java_source(path: str, args: argparse.Namespace, fields: Counter) -> Source:
+    """One Java ``EValue[]`` record (EVJ1 framing) per .bin file."""
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        record = java.loads_record(data)
+    except evs.FormatError as exc:
+        raise CliError(path, f"not an EVJ1 record: {located(exc)}") from None
+    yield path, record
+
+
+SOURCES: dict[str, Callable[[str, argparse.Namespace, Counter], Source]] = {
+    ".npz": npz_source,
+    ".npy": npy_source,
+    ".jsonl": jsonl_source,
+    ".ndjson": jsonl_source,
+    ".bin": java_source,
+}
+
+
+def natural_key(text: str) -> list[tuple[int, Any]]:
+    """Sort key that puts file2 before file10."""
+    return [(0, int(p)) if p.isdigit() else (1, p) for p in re.split(r"(\d+)", text) if p]
+
+
+def expand_inputs(args: argparse.Namespace) -> list[str]:
+    """Files to pack, in order: arguments as given; directories and globs naturally sorted."""
+    files: list[str] = []
+    skipped = 0
+    for arg in args.sources:
+        if os.path.isdir(arg):
+            found = []
+            for root, _, names in os.walk(arg):
+                found += [os.path.join(root, n) for n in names]
+        elif os.path.exists(arg):
+            if not arg.lower().endswith(PACK_SUFFIXES):
+                raise CliError(arg, f"unknown input type; pack reads {', '.join(PACK_SUFFIXES)}")
+            files.append(arg)
+            continue
+        else:
+            found = glob.glob(arg, recursive=True)
+            if not found:
+                raise CliError(arg, "no such file, directory or matching glob")
+        found.sort(
+            key=lambda p: natural_key(os.path.relpath(p, arg if os.path.isdir(arg) else "."))
+        )
+        usable = [p for p in found if os.path.isfile(p) and p.lower().endswith(PACK_SUFFIXES)]
+        skipped += len(found) - len(usable)
+        files += usable
+    if skipped:
+        note(args, f"{PROG}: skipped {plural(skipped, 'file')} not {'/'.join(PACK_SUFFIXES)}")
+    if not files:
+        raise CliError(None, f"no input files to pack (it reads {', '.join(PACK_SUFFIXES)})")
+    return files
+
+
+def pack_files(files: list[str], args: argparse.Namespace) -> tuple[int, int]:
+    """Pack ``files`` into args.output; returns (records written, bytes of the output)."""
+    fields: Counter = Counter()
+    written = 0
+    with output_writer(
+        args.output, append=args.append, force=args.force, metadata=args.metadata
+    ) as writer:
+        try:
+            with progress(args, len(files), "pack", "file") as bar:
+                for path in files:
+                    source = SOURCES[os.path.splitext(path)[1].lower()]
+                    try:
+                        for where, record in source(path, args, fields):
+                            try:
+                                writer.append(record)
+                            except evs.EncodeError as exc:
+                                raise CliError(where, str(exc)) from None
+                            written += 1
+                    except (ValueError, EOFError, zipfile.BadZipFile) as exc:
+                        if "allow_pickle" in str(exc):  # numpy's advice is for its own API
+                            exc = ValueError("holds Python objects, which pack never unpickles")
+                        raise CliError(path, f"cannot read: {exc}") from None
+                    bar.update()
+        except Exception as exc:
+            if args.append and written:  # the writer aborts: its file stays at its last commit
+                code, line = error_line(exc, None)
+                raise CliError(
+                    None, f"{line}; nothing was appended, {args.output} is as it was", code
+                ) from exc
+            raise
+        if not args.append and len(fields) == 1 and sum(fields.values()) == len(files):
+            # Every input was an .npz with the same arrays: their names name the fields.
+            metadata = dict(args.metadata or {})
+            metadata.setdefault(FIELDS_KEY, list(next(iter(fields))))
+            writer.set_metadata(metadata)
+    return written, os.path.getsize(args.output)
+
+
+def _pack_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("sources", nargs="+", metavar="SRC", help="files, directories or globs")
+    p.add_argument("-o", "--output", required=True, metavar="OUT", help="container to write")
+    p.add_argument(
+        "--dtype",
+        choices=FLOAT_DTYPES,
+        default="float32",
+        help="tensor dtype for JSON lists holding a float (default float32)",
+    )
+    p.add_argument("--metadata", type=json_object, metavar="JSON", help="a JSON object to store")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--append", action="store_true", help="add records to an existing OUT")
+    mode.add_argument("--force", action="store_true", help="replace OUT if it exists")
+
+
+@command(
+    "pack",
+    "build a container from .npz, .npy, JSON Lines or Java .bin files",
+    'evalue-store pack samples/ -o train.evs --metadata \'{"split": "train"}\'',
+    _pack_args,
+    notes="""One record per .npz file (its arrays in the order stored in the archive, which is
+the order given to np.savez), per .npy file (one tensor), per .jsonl/.ndjson line (a
+JSON list) and per .bin file (a Java EValue[] in EVJ1 framing). Directories are read
+recursively and, like globs, in natural order (2.npz before 10.npz); other files are
+skipped. 0-d arrays of bool/int/float/str/bytes become Bool/Int/Double/String values.
+JSON: numbers -> Int/Double, strings, bools, null; a list of integers -> int64 tensor,
+a list holding any float -> --dtype tensor, a list of bools -> bool tensor; nested
+lists must be rectangular. A new OUT appears only when complete.""",
+)
+def cmd_pack(args: argparse.Namespace) -> int:
+    if not args.append:
+        refuse_overwrite(args.output, args.force, append=True)
+    files = expand_inputs(args)
+    written, size = pack_files(files, args)
+    print(
+        f"packed {plural(written, 'record')} from {plural(len(files), 'file')} into {args.output} "
+        f"({size:,} bytes)"
+    )
+    return EXIT_OK
+
+
+def npz_value(value: Any) -> np.ndarray:
+    """The inverse of pack's .npz rule: tensors as they are, scalars as 0-d arrays."""
+    kind = kind_name(value)
+    if kind == "Tensor":
+        return value
+    if kind in ("Int", "Double", "Bool", "String", "Bytes"):
+        return np.array(value)
+    if kind in ("ListInt", "ListDouble", "ListBool", "List(empty)"):
+        return np.array(value, np.int64 if kind == "List(empty)" else None)
+    raise evs.EncodeError(f"a {kind} value has no .npz form; try --format jsonl")
+
+
+def json_ready(value: Any) -> Any:
+    kind = kind_name(value)
+    if kind == "Tensor":
+        numbers = as_numbers(value)
+        if numbers is None:
+            raise evs.EncodeError("complex tensors have no JSON form")
+        return numbers.tolist()
+    if kind == "Bytes":
+        raise evs.EncodeError("byte strings have no JSON form; try --format npz")
+    if isinstance(value, list):
+        return [json_ready(v) for v in value]
+    return value
+
+
+def export_name(args: argparse.Namespace, index: int, count: int, suffix: str) -> str:
+    return os.path.join(args.to, f"{index:0{max(6, len(str(count - 1)))}d}{suffix}")
+
+
+def export_records(ds: evs.Dataset, args: argparse.Namespace, bar: tqdm) -> int:
+    """Each file appears complete (written, fsynced, renamed); the folder is fsynced at the end."""
+    if os.path.exists(args.to) and not os.path.isdir(args.to):
+        raise CliError(args.to, "is a file; --to takes a folder")
+    if not os.path.isdir(args.to):
+        os.makedirs(args.to)
+        fsync_dir(args.to)  # its entry in its parent
+    n = len(ds)
+    if args.format == "jsonl":
+        stem = os.path.splitext(os.path.basename(ds.path))[0]
+        out_path = os.path.join(args.to, stem + ".jsonl")
+        with new_file(out_path, clobber=args.force) as out:
+            for i, record in enumerate(ds):
+                try:
+                    line = json.dumps(json_ready(record), ensure_ascii=False)
+                except evs.EncodeError as exc:
+                    raise CliError(ds.path, f"record {i}: {exc}") from None
+                out.write(line.encode("utf-8") + b"\n")
+                bar.update()
+        return n
+    names = None
+    if args.format == "npz":  # "fields": what pack stored before FIELDS_KEY existed
+        names = list(field_names(ds)) or ds.metadata.get("fields")
+    for i, record in enumerate(ds):
+        try:
+            if args.format == "java":
+                data = java.dumps_record(record)
+            else:
+                keys = names if isinstance(names, list) and len(names) == len(record) else None
+                keys = keys or [f"arr_{k}" for k in range(len(record))]
+                arrays = {str(key): npz_value(v) for key, v in zip(keys, record)}
+        except evs.EncodeError as exc:
+            raise CliError(ds.path, f"record {i}: {exc}") from None
+        suffix = ".bin" if args.format == "java" else ".npz"
+        path = export_name(args, i, n, suffix)
+        with new_file(path, clobber=args.force, durable=False) as out:
+            if args.format == "java":
+                out.write(data)
+            else:
+                np.savez(out, **arrays)
+        bar.update()
+        if i == n - 1:
+            fsync_dir(path)  # every name at once
+    return n
+
+
+def _export_args(p: argparse.ArgumentParser) -> None:
+    file_arg(p)
+    p.add_argument("--to", required=True, metavar="DIR", help="folder to write into")
+    p.add_argument("--format", required=True, choices=("npz", "jsonl", "java"))
+    p.add_argument("--force", action="store_true", help="overwrite files that exist")
+
+
+@command(
+    "export",
+    "write records out as .npz files, one JSON Lines file or Java EVJ1 .bin files",
+    "evalue-store export train.evs --to out/ --format java",
+    _export_args,
+    notes="""npz and java write one file per record, named by record number (000000.npz,
+000001.bin, ...); npz keys come from the "fields" metadata pack stores, else arr_0,
+arr_1, ...; java output is byte-identical to .bin files that were packed. jsonl writes
+DIR/<name>.jsonl, one JSON list per record (tensors as nested lists).""",
+)
+def cmd_export(args: argparse.Namespace) -> int:
+    with open_dataset(args.file) as ds, progress(args, len(ds), "export", "rec") as bar:
+        n = export_records(ds, args, bar)
+    print(f"exported {plural(n, 'record')} to {args.to} as {args.format}")
+    return EXIT_OK
