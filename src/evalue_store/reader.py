@@ -112,7 +112,7 @@ class Dataset:
 
     @property
     def compressed(self) -> bool:
-        """True when the file is stored as zstd frames (docs/FORMAT.md section 16)."""
+        """True when the file is stored as zstd frames (docs/FRAMES.md)."""
         self._ensure_open()
         return self._source.compressed
 
@@ -304,7 +304,7 @@ class Dataset:
             raise FormatError(reason, offset, code=LIMIT, **place)
 
     def raw(self, index: int) -> memoryview:
-        """Record ``index`` as stored: its payload bytes (docs/FORMAT.md section 3), as a
+        """Record ``index`` as stored: its payload bytes (docs/FORMAT.md section 4), as a
         read-only view valid while the dataset is open.
 
         Checked: the frame header must match the index entry and, with ``verify``, the

@@ -147,7 +147,7 @@ def _history(ds: Any, report: VerifyReport) -> list[Commit]:
 
 
 def _padding(ds: Any, report: VerifyReport, commits: list[Commit]) -> None:
-    """Every byte between blocks must be zero (docs/FORMAT.md section 1). No checksum
+    """Every byte between blocks must be zero (docs/FORMAT.md section 2). No checksum
     covers these gaps and no read looks at them, so this is the only check they get."""
     header_length = HEADER_FIXED.unpack(bytes(ds._source.read(0, HEADER_FIXED.size)))[5]
     blocks = [(0, header_length)]
