@@ -254,7 +254,7 @@ def test_corrupt_dictionary_and_lost_seek_table_are_format_errors(tmp_path):
 def test_seek_table_without_checksums_reads(tmp_path):
     """Regression: the short decompression path for small frames (8487f3d) indexed the seek
     table's checksums unconditionally; a table without Checksum_Flag (valid by the seekable
-    format, FORMAT.md section 16) raised TypeError on the first read."""
+    format, FRAMES.md section 5) raised TypeError on the first read."""
     import numpy as np
 
     path = tmp_path / "n.evs.zst"
@@ -368,7 +368,7 @@ def _with_metadata(path: Path, meta: bytes) -> None:
     ],
 )
 def test_metadata_a_writer_could_not_write_is_a_format_error(tmp_path, meta):
-    """One rule (docs/FORMAT.md section 5): the writer refuses NaN, so a reader rejects NaN,
+    """One rule (docs/FORMAT.md section 7): the writer refuses NaN, so a reader rejects NaN,
     Infinity, out-of-range numbers and lone surrogates where metadata is read, and verify
     reports it; copy then fails for that reason (before: open and verify passed, and copy,
     compress and merge exited 2 with an encoding error)."""

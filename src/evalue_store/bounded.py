@@ -1,8 +1,8 @@
 """Bounded work on untrusted files: opening only regular files, and bounded-memory passes
 over a container's logical bytes for ``Dataset.verify``.
 
-A compressed file's logical size can be up to 32768 times its size (docs/FORMAT.md section
-16), so nothing here reads a block, a gap or an index segment in one piece: each pass reads
+A compressed file's logical size can be up to 32768 times its size (docs/FRAMES.md
+section 9), so nothing here reads a block, a gap or an index segment in one piece: each pass reads
 at most CHUNK bytes at a time, whatever the file claims.
 """
 
@@ -101,7 +101,7 @@ def index_pieces(read: Read, segments: Iterable[Segment]) -> Iterator[tuple]:
 
 def shadowed(entries: np.ndarray, reach: int, start: int, end: int) -> tuple[np.ndarray, int]:
     """Which records start before an earlier record's frame ends, and the new ``reach`` (the
-    furthest frame end so far). A valid file has none (docs/FORMAT.md section 4); a scan
+    furthest frame end so far). A valid file has none (docs/FORMAT.md section 6); a scan
     refuses them, since an index of n entries all pointing at one big record would
     otherwise cost n times the file. Only frames inside [start, end) count: a record with an
     impossible extent is bad for its own reason and shadows nothing."""

@@ -357,6 +357,8 @@ class _Reader:
             pos += rank
         align = self.alignment
         data = self.frame + (pos - self.frame + align - 1) // align * align
+        if data <= end and bytes(buf[pos:data]).count(0) != data - pos:
+            raise FormatError("non-zero bytes in the padding before tensor data", pos)
         nbytes = extent = dtype.itemsize
         for dim in shape:
             nbytes *= dim
@@ -405,6 +407,8 @@ def decode_payload(buf: Any, frame: int, length: int, alignment: int) -> list:
 def _decode(reader: _Reader) -> list:
     start, length = reader.pos, reader.end - reader.pos
     count = _U32.unpack_from(reader.buf, reader.need(_U32.size, "value count"))[0]
+    if count > MAX_VALUES:
+        raise FormatError(f"record claims {count} values, over the limit {MAX_VALUES}", start)
     if count > length:
         raise FormatError(f"record claims {count} values in {length} bytes", start)
     values = [reader.value() for _ in range(count)]
@@ -419,15 +423,12 @@ def _decode(reader: _Reader) -> list:
 
 def check_payload(payload: Any, alignment: int) -> None:
     """Raise FormatError unless ``payload`` is a well-formed record payload (docs/FORMAT.md
-    section 3) for ``alignment``, its padding zero; offsets count from the payload's start."""
-    reader = _SpanReader(payload, 0, len(payload), -FRAME_SIZE, alignment)
-    reader.spans = []
-    _decode(reader)
+    sections 4-5) for ``alignment``; offsets count from the payload's start."""
+    _decode(_Reader(payload, 0, len(payload), -FRAME_SIZE, alignment))
 
 
 class _SpanReader(_Reader):
-    """A _Reader that also requires the padding before each tensor's data to be zero, and
-    notes where each tensor's header ends and its data starts."""
+    """A _Reader that also notes where each tensor's header ends and its data starts."""
 
     __slots__ = ("spans",)
 
@@ -436,10 +437,7 @@ class _SpanReader(_Reader):
         _, _, rank, flags = _TENSOR_HEAD.unpack_from(self.buf, at)
         dims_at = at + _TENSOR_HEAD.size
         header_end = dims_at + _DIM_SIZE * rank + (rank if flags & TENSOR_DIM_ORDER else 0)
-        data = self.pos - array.nbytes
-        if bytes(self.buf[header_end:data]).count(0) != data - header_end:
-            raise FormatError("non-zero bytes in the padding before tensor data", header_end)
-        self.spans.append((header_end, data))
+        self.spans.append((header_end, self.pos - array.nbytes))
         return array
 
 
@@ -630,7 +628,9 @@ def compile_layout(buf: Any, frame: int, length: int, alignment: int) -> Layout 
             dtype = CODE_TO_DTYPE[code]
             data = frame + (pos - frame + alignment - 1) // alignment * alignment
             nbytes = dtype.itemsize * int(np.prod(shape, dtype=object))
-            fmt.append(f"{data - pos + nbytes}x")
+            if data > pos:  # the padding is structure: zero bytes, checked like the rest
+                field(f"{data - pos}s", bytes(data - pos))
+            fmt.append(f"{nbytes}x")
             pos = data + nbytes
             strides = _tensor_strides(shape, order, dtype.itemsize) if order else None
             sample = np.ndarray(shape, dtype, buffer=buf, offset=data, strides=strides)

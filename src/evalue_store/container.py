@@ -172,7 +172,7 @@ def encode_footer(offset: int, file_id: bytes, commit: Commit) -> bytes:
 
 
 def parse_metadata(raw: bytes, offset: int) -> dict:
-    """The metadata block's JSON object (docs/FORMAT.md section 5), or FormatError.
+    """The metadata block's JSON object (docs/FORMAT.md section 7), or FormatError.
 
     It must be what a writer could have written: strict JSON (no NaN or Infinity, no number
     beyond a double) whose strings are Unicode text (no lone surrogate, even escaped), so
@@ -293,8 +293,13 @@ def _check_commit(commit: Commit, header: Header) -> None:
             raise FormatError("metadata block out of bounds", where)
         if commit.metadata_offset + commit.metadata_length > commit.footer_offset:
             raise FormatError("metadata block overruns the footer", where)
+    elif commit.metadata_offset or commit.metadata_crc:  # "no metadata" has one encoding
+        raise FormatError("no metadata (length 0) but a metadata offset or checksum", where)
     if commit.prev_footer >= commit.footer_offset:
         raise FormatError("previous footer does not precede this one", where)
+    if commit.number == 0 or (commit.number == 1) != (commit.prev_footer == 0):
+        reason = f"commit {commit.number} with previous footer {commit.prev_footer}"
+        raise FormatError(f"{reason}: only commit 1 has none", where)
 
 
 def open_container(source: Any) -> tuple[Header, Commit]:
@@ -310,7 +315,7 @@ def find_last_commit(read: Callable[[int, int], bytes], size: int, header: Heade
 
     A cleanly closed file ends with its footer: one check. After a crash (or while a writer
     is appending) the file has a tail after its last footer; the search walks backwards
-    from the end over trailer magics (docs/FORMAT.md section 7). It reads the tail once,
+    from the end over trailer magics (docs/FORMAT.md section 9). It reads the tail once,
     in chunks; each magic costs O(1) checks, and the bytes hashed for candidate footers are
     capped at twice the tail searched plus two of the largest footers, so a hostile tail of
     fake trailers costs time linear in its size and then raises FormatError.

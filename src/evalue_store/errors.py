@@ -25,7 +25,8 @@ class Error(Exception):
 
 
 class FormatError(Error, ValueError):
-    """Bytes that do not follow docs/FORMAT.md: truncated, corrupted or hostile input.
+    """Bytes that do not follow docs/FORMAT.md (FRAMES.md, JAVA.md): truncated, corrupted or
+    hostile input.
 
     ``reason`` is the message without its place (``record N: `` first, when ``record`` is
     known); ``detail`` is the same without the record. ``offset`` is None when the problem

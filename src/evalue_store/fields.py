@@ -3,7 +3,7 @@
 A record is a list or tuple of values (positional), or a dict (any Mapping) whose keys
 name them. Names are not stored in records: a record's bytes are the positional EValue[]
 of its values in the order of the file's field names, which are kept once, in the
-metadata under ``FIELDS_KEY`` (docs/FORMAT.md section 5). The rules:
+metadata under ``FIELDS_KEY`` (docs/FORMAT.md section 7). The rules:
 
 * The names are fixed by the file's metadata (mode "a"), else by ``FIELDS_KEY`` in the
   metadata the writer is given (a declaration: what copying ``ds.metadata`` carries over),

@@ -3,8 +3,7 @@
 Lets Python tools exchange single EValues (and ``EValue[]`` records, framed as EVJ1) with an
 Android app. The writer produces exactly the bytes Java writes; the reader is strict where
 Java is lax (trailing bytes, short or long tensor data, invalid UTF-8, Bool bytes other
-than 0/1) and correct where Java is wrong (uint8/int8 tensors). Layout: docs/FORMAT.md,
-section 15.
+than 0/1) and correct where Java is wrong (uint8/int8 tensors). Layout: docs/JAVA.md.
 
 Every multi-byte number is big-endian. Decoded tensors are zero-copy numpy views of the input
 with big-endian dtypes (``>f4``...), read-only when the input is bytes;

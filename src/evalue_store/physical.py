@@ -1,7 +1,7 @@
 """The physical variants a container is stored as, told apart by the file's first bytes.
 
 ``plain``: the file is the container. ``zstd``: the container stored as zstd frames
-(docs/FORMAT.md section 16). Both give readers a source (see ``plain`` for the protocol)
+(docs/FRAMES.md). Both give readers a source (see ``plain`` for the protocol)
 and writers a sink; everything above this module works the same on either.
 """
 

@@ -112,7 +112,7 @@ class Dataset:
 
     @property
     def compressed(self) -> bool:
-        """True when the file is stored as zstd frames (docs/FORMAT.md section 16)."""
+        """True when the file is stored as zstd frames (docs/FRAMES.md)."""
         self._ensure_open()
         return self._source.compressed
 
@@ -304,7 +304,7 @@ class Dataset:
             raise FormatError(reason, offset, code=LIMIT, **place)
 
     def raw(self, index: int) -> memoryview:
-        """Record ``index`` as stored: its payload bytes (docs/FORMAT.md section 3), as a
+        """Record ``index`` as stored: its payload bytes (docs/FORMAT.md section 4), as a
         read-only view valid while the dataset is open.
 
         Checked: the frame header must match the index entry and, with ``verify``, the
@@ -432,7 +432,7 @@ class Dataset:
                 if good < len(chunk):
                     yield from (self._record(i) for i in range(first + lo, first + lo + good))
                     at = int(chunk[good]["offset"])
-                    raise FormatError(f"record {first + lo + good}: {SHADOWED}", at, self.path)
+                    raise FormatError(SHADOWED, at, self.path, record=first + lo + good)
                 # Runs: records of one payload length, each frame right after the one before
                 # (as a writer appends them), so their frames are ``step`` bytes apart.
                 lengths, offsets = chunk["length"], chunk["offset"]
@@ -464,7 +464,7 @@ class Dataset:
                     ENTRY.iter_unpack(raw), first + lo
                 ):
                     if i - first - lo == good:
-                        raise FormatError(f"record {i}: {SHADOWED}", offset, self.path)
+                        raise FormatError(SHADOWED, offset, self.path, record=i)
                     yield self._record(i) if reserved else self._read(i, offset, length, crc)
             first += seg.count
 

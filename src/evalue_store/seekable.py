@@ -5,7 +5,7 @@ independent, standard zstd frames followed by a seek table in a skippable frame,
 defined by the zstd seekable format (facebook/zstd,
 ``contrib/seekable_format/zstd_seekable_compression_format.md``). The stock ``zstd -d``
 therefore decompresses a file to the plain container, and a reader can locate and
-decompress only the frames it needs. docs/FORMAT.md section 16 describes the layout.
+decompress only the frames it needs. docs/FRAMES.md describes the layout.
 
 Everything here is container-agnostic: the caller decides where frames end. Appending a
 commit means writing new frames after the previous seek table and ending the file with
@@ -61,7 +61,7 @@ Source = Union[bytes, bytearray, memoryview, "np.ndarray", BinaryIO]
 """A whole file: any object exposing the buffer protocol (bytes, mmap, numpy uint8
 array, memoryview) or a binary file object with ``seek``/``read``."""
 
-# --- constants from the specs (docs/FORMAT.md section 16 has sources) -------------
+# --- constants from the specs (docs/FRAMES.md has sources) -------------
 
 ZSTD_FRAME_MAGIC = 0xFD2FB528
 """Magic number of a Zstandard frame (zstd_compression_format.md, Zstandard frames)."""
@@ -105,7 +105,8 @@ MIN_FRAME_SIZE = SKIPPABLE_HEADER_SIZE
 """No frame is smaller than 8 bytes: a skippable frame has an 8-byte header and a zstd
 frame needs at least a 6-byte header plus a 3-byte block header."""
 DEFAULT_MAX_FRAME_SIZE = 1 << 30
-"""Reader cap on one frame's decompressed size (1 GiB)."""
+"""This module's default cap on one frame's decompressed size (1 GiB). evalue_store
+readers and appending writers use zstd.MAX_FRAME_SIZE (64 MiB, docs/FRAMES.md)."""
 EMPTY_CHECKSUM = 0x51D8E999
 """Low 32 bits of XXH64(b"", seed=0): the seek-table checksum of an empty frame, such as
 an earlier seek table kept as a skippable frame."""

@@ -86,12 +86,12 @@ def _piece(
             if reserved:
                 raise FormatError(f"index entry of record {i} has reserved bits set", offset)
             if offset < reach:
-                raise FormatError(f"record {i}: {SHADOWED}", offset)
+                raise FormatError(SHADOWED, offset, record=i)
             ds._read(i, offset, length, crc)
             report.bytes_checked += FRAME_SIZE + length
             reach = offset + FRAME_SIZE + length
         except FormatError as exc:
-            bad.append((i, exc.reason))
+            bad.append((i, exc.detail))  # the record is named beside it
     return bad, reach
 
 
@@ -147,7 +147,7 @@ def _history(ds: Any, report: VerifyReport) -> list[Commit]:
 
 
 def _padding(ds: Any, report: VerifyReport, commits: list[Commit]) -> None:
-    """Every byte between blocks must be zero (docs/FORMAT.md section 1). No checksum
+    """Every byte between blocks must be zero (docs/FORMAT.md section 2). No checksum
     covers these gaps and no read looks at them, so this is the only check they get."""
     blocks = [(0, ds.header.length)]
     for commit in commits:

@@ -105,7 +105,7 @@ class Writer(WriterFields):
     a second one raises WriterLockedError. Threads may share a Writer: its calls take turns.
 
     ``compression="zstd"`` stores the same container as seekable zstd frames of about
-    ``frame_size`` bytes (docs/FORMAT.md section 16); ``dictionary`` (bytes from
+    ``frame_size`` bytes (docs/FRAMES.md); ``dictionary`` (bytes from
     ``train_dictionary``) is stored once at the start of the file. In mode "a" the file's
     own compression settings apply.
     """

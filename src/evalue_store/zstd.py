@@ -1,10 +1,10 @@
 """The zstd frame layer: the container's bytes stored as seekable zstd frames.
 
-The logical byte stream is exactly a plain container (docs/FORMAT.md sections 1-14). The
+The logical byte stream is exactly a plain container (docs/FORMAT.md). The
 physical file is a sequence of standard zstd frames plus, after every commit, a seek table
 (zstd seekable format), so ``zstd -d`` turns it back into the plain container while a reader
 decompresses only the frames it needs. Frames end on block boundaries; a block bigger than
-the target frame size is split into frames of its own. See docs/FORMAT.md section 16.
+the target frame size is split into frames of its own. See docs/FRAMES.md.
 """
 
 from __future__ import annotations
@@ -32,11 +32,13 @@ from .errors import FormatError
 from .plain import pwrite_all
 from .salvage import Salvage, scan_tail, side_file
 from .seekable import (
-    DEFAULT_MAX_FRAME_SIZE,
     EMPTY_CHECKSUM,
+    MAGIC_NUMBER,
     MAX_FRAME_DECOMPRESSED_SIZE,
+    SEEK_TABLE_SKIPPABLE_MAGIC,
     SKIPPABLE_HEADER,
     SeekTable,
+    _walk_blocks,
     aligned_bytes,
     aligned_empty,
     decompress_frame,
@@ -142,7 +144,7 @@ class ZstdSource:
         size: int,
         *,
         cache_bytes: int = DEFAULT_CACHE_BYTES,
-        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        max_frame_size: int = MAX_FRAME_SIZE,
         map_tail: bool = False,
     ):
         """``map_tail``: map the bytes after the last seek table too (a writer salvaging a
@@ -214,10 +216,11 @@ class ZstdSource:
         """Frame k's bytes in a buffer aligned to their logical offsets.
 
         A random read decompresses one small frame, so its fixed costs matter: frames up to
-        SMALL_FRAME bytes skip decompress_frame's block walk (their allocation is small
-        anyway). Their header must declare the seek table's size and checksum; libzstd then
-        decompresses the whole frame, checking content size and checksum. Bigger frames get
-        every check.
+        SMALL_FRAME bytes take a shorter path than decompress_frame's (their allocation is
+        small anyway) with the same checks: the header must declare the seek table's size
+        and checksum, and the block walk must pass (FRAMES.md check 13: libzstd versions
+        differ on blocks over Block_Maximum_Size); libzstd then decompresses the whole
+        frame, checking content size and checksum.
         """
         size = self._dsizes[k]
         if not 0 < size <= SMALL_FRAME:
@@ -231,6 +234,13 @@ class ZstdSource:
             params = zstandard.get_frame_parameters(frame)
             if params.content_size != size or not params.has_checksum:
                 raise zstandard.ZstdError("frame header disagrees with the seek table")
+            try:
+                head = zstandard.frame_header_size(frame)
+                _, lo, hi = _walk_blocks(frame, head, params.window_size, True)
+            except ValueError as exc:
+                raise zstandard.ZstdError(str(exc)) from None
+            if not lo <= size <= hi:
+                raise zstandard.ZstdError(f"blocks can produce {lo}..{hi} bytes, not {size}")
             sums = self._checksums  # None: a table without Checksum_Flag (valid, not ours)
             if sums is not None and frame_checksum(frame) != sums[k]:
                 raise zstandard.ZstdError("frame checksum disagrees with the seek table")
@@ -288,7 +298,11 @@ class ZstdSource:
             except FormatError as exc:
                 problems.append(str(exc))
                 continue
-            if table.decompressed_sizes[k] == 0 and k:  # an earlier seek table
+            start = int(table.compressed_offsets[k])
+            magic = MAGIC_NUMBER.unpack_from(self.map, start)[0]
+            if table.decompressed_sizes[k] == 0 and magic == SEEK_TABLE_SKIPPABLE_MAGIC:
+                # An earlier seek table. Other skippable frames (the dictionary, a foreign
+                # tool's) are opaque: decompress_frame has checked all there is to check.
                 end = int(table.compressed_offsets[k + 1])
                 try:
                     old = read_seek_table(self.map, end)
@@ -634,7 +648,9 @@ def died_before_first_commit(fd: int, size: int) -> bytes | None:
     written, the first seek table is not): the file's dictionary (b"" if none). None for any
     other file: one with a seek table, or one that does not start with our header."""
     with mmap.mmap(fd, size, access=mmap.ACCESS_READ) as data:
-        if find_last_seek_table(data, size, max_frame_size=MAX_FRAME_SIZE) is not None:
+        # Any valid table, whatever its frames' sizes: one over the cap is an error for
+        # opening the file to raise, not a file to start afresh.
+        if find_last_seek_table(data, size, max_frame_size=MAX_FRAME_DECOMPRESSED_SIZE):
             return None
         dictionary = read_dictionary(data, size)
         start = SKIPPABLE_HEADER.size + len(dictionary) if dictionary else 0

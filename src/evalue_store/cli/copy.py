@@ -25,7 +25,6 @@ from .render import (
     open_dataset,
     plural,
     progress,
-    without_index,
 )
 
 ZSTD_LEVELS = (-(1 << 17), 22)  # zstd's negative "fast" levels, then 1 (fast) to 22 (small)
@@ -107,7 +106,7 @@ def cmd_copy(args: argparse.Namespace) -> int:
     skipped: list[tuple[int, str]] = []
 
     def leave_out(i: int, error: evs.FormatError) -> None:
-        reason = without_index(error.reason, i)
+        reason = error.detail
         if not args.skip_bad:
             raise CliError(
                 args.file,

@@ -29,7 +29,6 @@ from .render import (
     plural,
     sample_indices,
     shape_text,
-    without_index,
 )
 
 
@@ -67,7 +66,7 @@ def schema(ds: evs.Dataset, samples: int = 8) -> tuple[list[dict], int, list[str
         try:
             record = ds[int(i)]
         except evs.FormatError as exc:
-            problems.append(f"record {i}: {without_index(exc.reason, int(i))}")
+            problems.append(f"record {i}: {exc.detail}")
             continue
         while len(seen) < len(record):
             seen.append({})
@@ -240,7 +239,7 @@ def print_head(ds: evs.Dataset, n: int) -> int:
         try:
             print_record(i, ds[i])
         except evs.FormatError as exc:
-            print(f"record {i}: unreadable: {without_index(exc.reason, i)}")
+            print(f"record {i}: unreadable: {exc.detail}")
             code = EXIT_PROBLEMS
     return code
 

@@ -93,12 +93,6 @@ def sample_indices(n: int, sample: int | None) -> Sequence[int]:
     return np.unique(np.linspace(0, n - 1, sample).round().astype(np.int64))
 
 
-def without_index(reason: str, index: int) -> str:
-    """A reason without the ``record N:`` prefix the reader adds (the caller names N)."""
-    prefix = f"record {index}: "
-    return reason[len(prefix) :] if reason.startswith(prefix) else reason
-
-
 def plural(n: int, word: str) -> str:
     return f"{n:,} {word}{'' if n == 1 else 's'}"
 

@@ -37,7 +37,6 @@ from .render import (
     progress,
     sample_indices,
     shape_text,
-    without_index,
 )
 from .stats_html import stats_html
 
@@ -265,7 +264,7 @@ def collect_stats(ds: evs.Dataset, sample: int | None, bar: tqdm) -> dict:
         except evs.FormatError as exc:  # counted and reported; one bad record spoils nothing
             unreadable += 1
             if len(examples) < 10:
-                examples.append(f"record {i}: {without_index(exc.reason, int(i))}")
+                examples.append(f"record {i}: {exc.detail}")
             bar.update()
             continue
         while len(positions) < len(record):

@@ -10,7 +10,7 @@ import json
 import evalue_store as evs
 
 from .registry import command, file_arg, json_arg
-from .render import EXIT_OK, EXIT_PROBLEMS, PROG, open_dataset, plural, progress, without_index
+from .render import EXIT_OK, EXIT_PROBLEMS, PROG, open_dataset, plural, progress
 
 
 def _verify_args(p: argparse.ArgumentParser) -> None:
@@ -22,7 +22,7 @@ def _verify_args(p: argparse.ArgumentParser) -> None:
 def cmd_verify(args: argparse.Namespace) -> int:
     with open_dataset(args.file) as ds, progress(args, len(ds), "verify", "rec") as bar:
         report = ds.verify(progress=lambda done: bar.update(done - bar.n))
-    bad = [(i, without_index(reason, i)) for i, reason in report.bad_records]
+    bad = report.bad_records
     if args.json:
         out = {
             "file": args.file,

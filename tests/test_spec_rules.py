@@ -1,0 +1,214 @@
+"""The rules docs/FORMAT.md and docs/FRAMES.md settle (issue 12, item 6), on files built byte
+by byte: every reader path agrees, and verify agrees with the readers."""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+import evalue_store as evs
+from evalue_store.codec import MAX_VALUES, decode_payload, encode_record
+from evalue_store.container import (
+    ENTRY,
+    FRAME,
+    FRAME_MAGIC,
+    Commit,
+    Segment,
+    align_up,
+    crc32,
+    encode_footer,
+    encode_header,
+)
+from evalue_store.seekable import EMPTY_CHECKSUM, encode_seek_table, new_compressor
+
+FILE_ID = bytes(range(16))
+
+
+def container(payloads, alignment=64, crc_of=crc32, **footer) -> bytes:
+    """A plain container with one commit holding ``payloads``; ``crc_of(payload)`` is the
+    checksum written in frame and index; ``footer`` overrides fields of the commit."""
+    data = bytearray(encode_header(alignment, FILE_ID, 0, "test"))
+    entries = bytearray()
+    for payload in payloads:
+        data += bytes(align_up(len(data), alignment) - len(data))
+        crc = crc_of(payload)
+        entries += ENTRY.pack(len(data), len(payload), crc, 0)
+        data += FRAME.pack(FRAME_MAGIC, crc, len(payload)) + payload
+    data += bytes(align_up(len(data), alignment) - len(data))
+    segment = Segment(len(data), len(payloads), crc32(entries), 0)
+    data += entries
+    data += bytes(align_up(len(data), alignment) - len(data))
+    commit = Commit(1, len(payloads), len(data), 0, 0, 0, 0, 0, (segment,))
+    commit = replace(commit, **footer)
+    return bytes(data + encode_footer(commit.footer_offset, FILE_ID, commit))
+
+
+def payload_of(values, alignment=64) -> bytearray:
+    chunks, length, _ = encode_record(values, alignment)
+    return bytearray(b"".join(bytes(c) for c in chunks)[16 : 16 + length])
+
+
+def compressed(plain: bytes, *extra_frames: bytes) -> bytes:
+    """``plain`` as one zstd frame, then ``extra_frames`` (skippable), then a seek table."""
+    frame = new_compressor().compress(plain)
+    frames = [frame, *extra_frames]
+    sizes = [len(f) for f in frames]
+    dsizes = [len(plain)] + [0] * len(extra_frames)
+    sums = [int.from_bytes(frame[-4:], "little")] + [EMPTY_CHECKSUM] * len(extra_frames)
+    return b"".join(frames) + encode_seek_table(sizes, dsizes, sums)
+
+
+@pytest.mark.parametrize("backend", ["mmap", "pread"])
+def test_non_zero_tensor_padding_is_rejected_by_every_read_path(tmp_path, backend):
+    """FORMAT.md "Values": readers reject non-zero padding before tensor data, on every
+    path (a single read, the learned layout, the scan's run decoder, verify, append_raw),
+    though the payload CRC is right. verify used to pass what append_raw rejected."""
+    good = payload_of([np.arange(3, dtype=np.int32), 7])
+    bad = bytearray(good)
+    assert bad[20] == 0  # payload offset 20 is frame offset 36: padding up to 64
+    bad[20] = 1
+    path = tmp_path / "pad.evs"
+    path.write_bytes(container([good, good, bad, good]))
+    with evs.open(path, backend=backend) as ds:
+        assert ds[1][1] == 7 and ds[0][1] == 7  # the second read learns the layout
+        with pytest.raises(evs.FormatError, match="padding"):
+            ds[2]
+        with pytest.raises(evs.FormatError, match="padding"):
+            list(ds)
+        report = ds.verify()
+        assert [i for i, _ in report.bad_records] == [2]
+        raw = bytes(ds.raw(2))
+    with pytest.raises(evs.FormatError, match="padding"):
+        decode_payload(bytes(16) + bad, 0, len(bad), 64)
+    with evs.Writer(tmp_path / "copy.evs") as w, pytest.raises(evs.FormatError, match="padding"):
+        w.append_raw(raw, 64)
+
+
+def test_values_per_record_at_most_2_20(tmp_path):
+    """FORMAT.md "Limits": a record holds at most 2^20 values, for writers and readers."""
+    chunks, length, _ = encode_record([None] * MAX_VALUES, 64)
+    frame = b"".join(bytes(c) for c in chunks)
+    assert len(decode_payload(frame, 0, length, 64)) == MAX_VALUES
+    with pytest.raises(evs.EncodeError):
+        encode_record([None] * (MAX_VALUES + 1), 64)
+    over = struct.pack("<I", MAX_VALUES + 1) + bytes(MAX_VALUES + 1)  # that many Nones
+    with pytest.raises(evs.FormatError, match="over the limit"):
+        decode_payload(bytes(16) + over, 0, len(over), 64)
+    path = tmp_path / "many.evs"
+    path.write_bytes(container([bytearray(over)]))
+    with evs.open(path) as ds:
+        with pytest.raises(evs.FormatError, match="over the limit"):
+            ds[0]
+        assert [i for i, _ in ds.verify().bad_records] == [0]
+
+
+def test_no_metadata_has_one_encoding(tmp_path):
+    """FORMAT.md "Footer": metadata_length 0 means no metadata, and then metadata_offset and
+    metadata_crc are 0; an empty block at an aligned offset used to be accepted."""
+    path = tmp_path / "m.evs"
+    path.write_bytes(container([payload_of([1])]))
+    with evs.open(path) as ds:
+        assert ds.metadata == {} and ds.verify().ok
+    for fields in ({"metadata_offset": 128}, {"metadata_crc": 5}):
+        path.write_bytes(container([payload_of([1])], **fields))
+        with pytest.raises(evs.FormatError, match="no metadata"):
+            evs.open(path)
+
+
+def test_commit_numbering(tmp_path):
+    """FORMAT.md "Footer": commit 1 and only commit 1 has no previous footer."""
+    path = tmp_path / "n.evs"
+    for fields in ({"number": 0}, {"number": 3}):
+        path.write_bytes(container([payload_of([1])], **fields))
+        with pytest.raises(evs.FormatError, match="only commit 1"):
+            evs.open(path)
+    with evs.Writer(path, mode="w") as w:
+        w.append([1])
+    with evs.open(path) as ds:
+        commit = ds.commit
+        assert commit.number == 2 and commit.prev_footer
+    data = bytearray(path.read_bytes())
+    del data[commit.footer_offset :]
+    data += encode_footer(commit.footer_offset, ds.header.file_id, replace(commit, prev_footer=0))
+    path.write_bytes(data)
+    with pytest.raises(evs.FormatError, match="only commit 1"):
+        evs.open(path)
+
+
+def test_a_wrong_payload_crc_fails_verify_in_both_variants(tmp_path):
+    """FRAMES.md "Reading": a compressed reader may skip the payload CRC on reads (the
+    frames' content checksums cover the same bytes; only a faulty writer stores a wrong
+    CRC), and a verifier checks it in both variants."""
+    plain = container([payload_of([1]), payload_of([2])], crc_of=lambda p: crc32(p) ^ 1)
+    (tmp_path / "c.evs").write_bytes(plain)
+    (tmp_path / "c.evs.zst").write_bytes(compressed(plain))
+    with evs.open(tmp_path / "c.evs") as ds:
+        with pytest.raises(evs.FormatError, match="checksum"):
+            ds[0]
+        assert len(ds.verify().bad_records) == 2
+    with evs.open(tmp_path / "c.evs.zst") as ds:
+        assert ds[0] == [1] and [r for r in ds] == [[1], [2]]
+        assert len(ds.verify().bad_records) == 2
+    for name in ("c.evs", "c.evs.zst"):
+        with evs.open(tmp_path / name, verify=False) as ds:
+            assert ds[1] == [2]
+
+
+def test_foreign_skippable_frames_are_read_and_verified(tmp_path):
+    """FRAMES.md "Layout": a skippable frame with a magic other than the seek table's is
+    skipped by readers and passes verify (it used to be "earlier seek table damaged")."""
+    plain = container([payload_of([np.arange(4), "x"])])
+    for magic in (0x184D2A50, 0x184D2A5F):
+        foreign = struct.pack("<II", magic, 5) + b"hello"
+        path = tmp_path / "f.evs.zst"
+        path.write_bytes(compressed(plain, foreign))
+        with evs.open(path) as ds:
+            assert ds[0][1] == "x"
+            report = ds.verify()
+            assert report.ok, report
+    # a frame with the seek table's magic is an earlier seek table, and checked as one
+    fake = struct.pack("<II", 0x184D2A5E, 5) + b"hello"
+    path.write_bytes(compressed(plain, fake))
+    with evs.open(path) as ds:
+        assert ds[0][1] == "x"
+        assert ds.verify().problems == ["earlier seek table (frame 1) is damaged"]
+
+
+def test_append_refuses_frames_over_the_reader_cap(tmp_path):
+    """FRAMES.md "Limits": one frame cap (64 MiB) for readers and appending writers (append
+    mode used to take frames of up to 1 GiB, which the default reader refuses)."""
+    tensor = payload_of([np.zeros(65 << 20, np.uint8)])
+    path = tmp_path / "big.evs.zst"
+    path.write_bytes(compressed(container([tensor])))
+    del tensor
+    with pytest.raises(evs.FormatError, match="max_frame_size"):
+        evs.open(path)
+    with evs.open(path, max_frame_size=128 << 20) as ds:
+        assert ds[0][0].nbytes == 65 << 20
+    before = path.read_bytes()
+    for attempt in (lambda: evs.Writer(path, mode="a"), lambda: evs.recover(path)):
+        with pytest.raises(evs.FormatError, match="over the reader cap"):
+            attempt()
+    assert path.read_bytes() == before
+
+
+def test_blocks_over_block_maximum_size_are_rejected_in_small_frames(tmp_path):
+    """FRAMES.md check 13, for every frame: a block larger than Block_Maximum_Size
+    (min(Window_Size, 128 KiB)) is rejected, whatever the libzstd version would do (1.5.4
+    decodes such a raw block, and such a compressed one, that 1.5.7 rejects). Frames up to
+    64 KiB used to skip the walk."""
+    plain = container([payload_of([np.arange(40, dtype=np.int64), "x" * 500])])
+    assert len(plain) <= 2048
+    # a non-single-segment frame with a 1 KiB window holding one raw block of all the bytes
+    header = struct.pack("<IBBH", 0xFD2FB528, 0x44, 0, len(plain) - 256)
+    checksum = new_compressor().compress(plain)[-4:]
+    frame = header + struct.pack("<I", (len(plain) << 3) | 1)[:3] + plain + checksum
+    table = encode_seek_table([len(frame)], [len(plain)], [int.from_bytes(checksum, "little")])
+    path = tmp_path / "w.evs.zst"
+    path.write_bytes(frame + table)
+    assert len(plain) > 1024
+    with pytest.raises(evs.FormatError, match="Block_Maximum_Size"):
+        evs.open(path)
