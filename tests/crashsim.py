@@ -71,8 +71,13 @@ def _recording(path: str, log: Log) -> Iterator[None]:
         if fd in fds:
             log.ops.append(("fsync",))
 
-    patched = {"open": _open, "close": _close, "pwrite": _pwrite, "ftruncate": _ftruncate,
-               "fsync": _fsync}
+    patched = {
+        "open": _open,
+        "close": _close,
+        "pwrite": _pwrite,
+        "ftruncate": _ftruncate,
+        "fsync": _fsync,
+    }
     try:
         for name, fn in patched.items():
             setattr(os, name, fn)

@@ -16,8 +16,23 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 # (module, name) of every call the library's durability depends on.
-CALLS = [(os, n) for n in ("open", "close", "pwrite", "write", "pread", "fsync", "ftruncate",
-                           "replace", "rename", "unlink", "fstat", "stat")] + [(fcntl, "flock")]
+CALLS = [
+    (os, n)
+    for n in (
+        "open",
+        "close",
+        "pwrite",
+        "write",
+        "pread",
+        "fsync",
+        "ftruncate",
+        "replace",
+        "rename",
+        "unlink",
+        "fstat",
+        "stat",
+    )
+] + [(fcntl, "flock")]
 
 
 class _Counter:

@@ -14,6 +14,7 @@ import pytest
 import evalue_store as evs
 
 from .crashsim import crash_points, crash_states, expected_count, markers, record
+from .test_cli import same_record as same
 
 
 def sample(i: int) -> list:
@@ -22,18 +23,6 @@ def sample(i: int) -> list:
     if i % 5 == 0:
         values.append(np.full(1500, i, dtype=np.float32))  # spans pages
     return values
-
-
-def same(got: list, want: list) -> bool:
-    if len(got) != len(want):
-        return False
-    for a, b in zip(got, want):
-        if isinstance(b, np.ndarray):
-            if not (isinstance(a, np.ndarray) and a.dtype == b.dtype and np.array_equal(a, b)):
-                return False
-        elif a != b:
-            return False
-    return True
 
 
 def workload(path: str, compression: str | None, big: bool = False, scale: int = 1):

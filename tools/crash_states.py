@@ -46,15 +46,19 @@ def main(argv: list[str] | None = None) -> int:
                             )
                         except AssertionError as exc:
                             failures += 1
-                            print(f"FAIL {compression or 'plain'} scale={scale} big={big} "
-                                  f"seed={seed}: {exc}")
+                            print(
+                                f"FAIL {compression or 'plain'} scale={scale} big={big} "
+                                f"seed={seed}: {exc}"
+                            )
                             continue
                     total += states
                     commits += n
         print(f"{compression or 'plain'}: {total:,} states so far", flush=True)
     elapsed = time.monotonic() - start
-    print(f"{total:,} crash states explored over {commits:,} commits in {elapsed:.0f} s; "
-          f"{failures} runs lost a committed record or opened the wrong commit")
+    print(
+        f"{total:,} crash states explored over {commits:,} commits in {elapsed:.0f} s; "
+        f"{failures} runs lost a committed record or opened the wrong commit"
+    )
     return 1 if failures else 0
 
 

@@ -39,7 +39,6 @@ def open_source(
     return open_plain(fd, size, backend)
 
 
-
 @dataclass(frozen=True)
 class Restart:
     """A compressed file whose writer died creating it: nothing was ever committed, so it
