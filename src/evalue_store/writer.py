@@ -426,7 +426,9 @@ class Writer(WriterFields):
         footer = encode_footer(footer_offset, self.file_id, commit)
         self._block(footer)
         # From here until _adopt returns, an exception (a signal's, a failed write's) may
-        # leave the commit visible to readers or not: _settle_inflight finds out which.
+        # leave the commit visible to readers or not: _settle_inflight finds out which, from
+        # the marker the sink sets before writing it (the last commit's must not stand in).
+        self._sink.marker = None
         self._inflight = replace(commit, end=footer_offset + len(footer))
         self._sink.end_commit(footer, self._sync)
         self._adopt(self._inflight)
