@@ -1,0 +1,56 @@
+"""The byte reader: how a physical variant reads the bytes of a stored file.
+
+A physical variant (plain, zstd) reads the file it is stored in only through an object with
+``name`` (the path or URL that errors name), ``size`` (bytes in the file when it was opened),
+``pread(offset, n)`` (exactly ``n`` bytes, fewer only where the file ends), ``pread_many``
+(several ranges at once: a remote reader coalesces them and issues the requests
+concurrently) and ``close()``. A local file is read with ``os.pread``; a remote object
+(``remote``) with ranged requests, so the same variant code serves both.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Protocol
+
+
+class ByteReader(Protocol):
+    name: str
+    size: int
+
+    def pread(self, offset: int, n: int) -> bytes | memoryview: ...
+
+    def pread_many(self, ranges: Sequence[tuple[int, int]]) -> list[bytes | memoryview]: ...
+
+    def close(self) -> None: ...
+
+
+class FdReader:
+    """A local file through ``os.pread``: no shared file position, so forked workers and
+    threads may share the descriptor. ``owns_fd``: ``close()`` closes it."""
+
+    def __init__(self, fd: int, size: int, name: str = "", *, owns_fd: bool = False):
+        self.fd = fd
+        self.size = size
+        self.name = name
+        self.owns_fd = owns_fd
+
+    def pread(self, offset: int, n: int) -> bytes:
+        parts = []
+        while n > 0:
+            got = os.pread(self.fd, n, offset)
+            if not got:
+                break  # the file ends here
+            parts.append(got)
+            offset += len(got)
+            n -= len(got)
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def pread_many(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        return [self.pread(offset, n) for offset, n in ranges]
+
+    def close(self) -> None:
+        fd, self.fd = self.fd, -1
+        if self.owns_fd and fd >= 0:
+            os.close(fd)
