@@ -15,6 +15,7 @@ from ..container import FRAME, FRAME_MAGIC, FRAME_SIZE
 from ..errors import EncodeError, FormatError
 from ..values import classify
 from . import grammar as g
+from .grammar import record_checksum
 from .kinds import BY_TYPE, CODECS
 
 # ----------------------------------------------------------------------------- encoding
@@ -34,8 +35,10 @@ class Builder:
         self.mask = alignment - 1
 
 
-def encode_record(values: Sequence[Any], alignment: int) -> tuple[list[Any], int, int]:
-    """Encode one record frame. Returns (chunks, payload length, payload checksum).
+def encode_record(
+    values: Sequence[Any], alignment: int, checksum: Any = record_checksum
+) -> tuple[list[Any], int, int]:
+    """Encode one record frame. Returns (chunks, payload length, payload ``checksum``).
 
     The chunks, written in order, are the whole frame (header included) followed by zero
     padding up to the next multiple of ``alignment``; big tensor data chunks are views of
@@ -57,8 +60,8 @@ def encode_record(values: Sequence[Any], alignment: int) -> tuple[list[Any], int
     length = out.base + len(cur) - FRAME_SIZE
     crc = 0
     for chunk in chunks:
-        crc = g.record_checksum(chunk, crc)
-    crc = g.record_checksum(cur, crc)
+        crc = checksum(chunk, crc)
+    crc = checksum(cur, crc)
     cur += g.ZEROS[: -(FRAME_SIZE + length) & out.mask]  # so the next block starts aligned
     chunks.append(cur)
     chunks[0][:0] = FRAME.pack(FRAME_MAGIC, crc, length)
