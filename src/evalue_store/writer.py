@@ -16,11 +16,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+import numpy as np
+
 from . import __version__
-from .codec import check_payload, encode_record, realign_payload, value_count
+from .codec import check_payload, encode_record, realign_payload, record_checksum, value_count
+from .columns import columns_of, encode_columns, encode_rows
 from .container import (
     DEFAULT_ALIGNMENT,
     ENTRY,
+    ENTRY_DTYPE,
     ENTRY_SIZE,
     FRAME,
     FRAME_MAGIC,
@@ -264,7 +268,8 @@ class Writer(WriterFields):
         """Append one record: a list of values, or a dict naming them (``fields``; see
         ``evalue_store.fields``); returns its index. Visible after commit()."""
         with self._mutex:  # inline, not _serialized: this is the per-record path
-            self._check_open()
+            if self._fd < 0 or self._inflight is not None or self._failed:
+                self._check_open()
             fields = self.__dict__.get("_fields")
             cls = type(record)
             if (
@@ -334,6 +339,60 @@ class Writer(WriterFields):
         """Append every record of an iterable."""
         for record in records:
             self.append(record)
+
+    @_serialized
+    def extend_columns(self, columns: Mapping[Any, Any]) -> range:
+        """Append N records given as columns, ``{field name or position: column}``: an
+        array [N, ...] (a tensor per record), a 1-D int / float / bool array (an Int /
+        Double / Bool per record) or a list of N values; see ``evalue_store.columns``.
+        Returns the new records' indices. The file is byte for byte what appending the
+        rows one by one writes; all N are appended or, on an error, none.
+        """
+        self._check_open()
+        record, count = columns_of(columns)
+        ordered, fixed = self._record_values(record)
+        first = len(self)
+        if count == 0:
+            return range(first, first)
+        built = encode_columns(ordered, count, self.alignment, record_checksum)
+        rows = (
+            None
+            if built is not None
+            else encode_rows(ordered, count, self.alignment, record_checksum)
+        )
+        sink = self._sink
+        offset = self._align()
+        pending = len(self._pending)
+        try:
+            if built is not None:
+                frames, length, crcs = built
+                size, stride = FRAME_SIZE + length, frames.shape[1]
+                view = memoryview(frames.reshape(-1))
+                write_blocks = getattr(sink, "write_blocks", None)
+                if write_blocks is not None:
+                    write_blocks(view, count, stride)
+                else:  # the frame layer places each record's block
+                    for at in range(0, count * stride, stride):
+                        sink.begin_block(size)
+                        sink.write(view[at : at + stride], stride)
+                entries = np.zeros(count, ENTRY_DTYPE)
+                entries["offset"] = np.arange(offset, offset + count * stride, stride)
+                entries["length"] = length
+                entries["crc"] = crcs
+                self._pending += entries.tobytes()
+            else:
+                for chunks, length, crc in rows:
+                    at = sink.pos
+                    sink.begin_block(FRAME_SIZE + length)
+                    for chunk in chunks:
+                        sink.write(chunk, len(chunk))
+                    self._pending += ENTRY.pack(at, length, crc, 0)
+        except BaseException as exc:
+            del self._pending[pending:]
+            self._undo_record(offset, exc)
+            raise
+        self._record_appended(fixed)
+        return range(first, first + count)
 
     @_serialized
     def set_metadata(self, metadata: dict | None) -> None:

@@ -105,3 +105,31 @@ def decode_batch(
             assert kind == S_NONE
             columns.append([None] * count)
     return columns
+
+
+def encode_batch(
+    layout: Layout, blocks: list, count: int, alignment: int, checksum: Any
+) -> tuple[np.ndarray, np.ndarray]:
+    """``count`` frames of ``layout``, each padded to the alignment, as one [count, stride]
+    uint8 array, and their payload checksums (uint32).
+
+    ``blocks[k]`` holds the bytes of value k of every record, [count, width] uint8, where
+    the layout has value bytes (tensor data, a scalar, a string's bytes) at that slot's
+    offset; None for a value without (None). Everything else is the layout's structure,
+    the same in every frame: the bytes are those the record codec writes, record by record.
+    """
+    stride = -(-layout.size // alignment) * alignment
+    frames = np.zeros((count, stride), np.uint8)
+    frames[:, : layout.size] = layout.frame
+    for (_, _, at, _), block in zip(layout.slots, blocks):
+        if block is not None:
+            frames[:, at : at + block.shape[1]] = block
+    flat = memoryview(frames.reshape(-1))
+    start, end = FRAME_SIZE, layout.size
+    crcs = np.empty(count, "<u4")
+    for k in range(count):
+        crcs[k] = checksum(flat[start:end])
+        start += stride
+        end += stride
+    frames[:, FRAME_CRC_AT : FRAME_CRC_AT + 4] = crcs.view(np.uint8).reshape(count, 4)
+    return frames, crcs

@@ -187,18 +187,37 @@ def memory_layout(array: np.ndarray) -> tuple[np.ndarray, tuple[int, ...] | None
     return np.ascontiguousarray(array), None
 
 
+MAX_HEADS = 4096  # tensor headers remembered (bounded: shapes may all differ)
+
+
 class TensorCodec:
     kind = Kind.TENSOR
 
+    def __init__(self) -> None:
+        # (dtype, shape, strides) of small C-contiguous little-endian arrays -> their header
+        self.heads: dict[tuple, bytes] = {}
+
     def encode(self, out: Any, array: np.ndarray) -> None:
+        head = self.heads.get((array.dtype, array.shape, array.strides))
+        if head is not None:  # the common case: a shape seen before, stored as it is
+            cur = out.cur
+            cur += head
+            cur += ZEROS[: -(out.base + len(cur)) & out.mask]
+            cur.extend(array)
+            return
         if array.flags.c_contiguous and array.dtype.byteorder != ">":
-            data, order = array, None  # the common case, without a call
+            data, order = array, None
         else:
             data, order = memory_layout(array)
         rank = array.ndim
         cur = out.cur
         if order is None:
-            cur += TENSOR_HEADS[rank].pack(T_TENSOR, dtype_code(array.dtype), rank, 0, *data.shape)
+            head = TENSOR_HEADS[rank].pack(T_TENSOR, dtype_code(array.dtype), rank, 0, *data.shape)
+            if data is array and array.nbytes < BIG_PART:
+                if len(self.heads) >= MAX_HEADS:
+                    self.heads.clear()
+                self.heads[array.dtype, array.shape, array.strides] = head
+            cur += head
         else:
             cur += TENSOR_HEADS[rank].pack(T_TENSOR, dtype_code(array.dtype), rank, 1, *array.shape)
             cur += bytes(order)

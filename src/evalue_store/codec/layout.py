@@ -62,7 +62,7 @@ class Layout:
         self.length = self.size - FRAME_SIZE  # the payload
         self.structure = operator.itemgetter(*structural)
         self.expected = expected
-        self.slots = slots
+        self.slots = [tuple(slot) for slot in slots]  # unpacked fastest as plain tuples
         self.check_at = np.array(check_at, np.intp)
         self.check_bytes = frame[self.check_at]
         self.frame = frame

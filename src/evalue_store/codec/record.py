@@ -24,15 +24,20 @@ from .kinds import BY_TYPE, CODECS
 class Builder:
     """Accumulates one record frame: small pieces are copied into ``cur``, big tensors are
     kept in ``chunks`` as references so that they are written without an extra copy. The
-    frame header is not in the pieces; ``base`` counts it, and the bytes of ``chunks``."""
+    first piece starts with room for the frame header; ``base`` counts the bytes of
+    ``chunks`` (the frame bytes before ``cur``)."""
 
     __slots__ = ("chunks", "cur", "base", "mask")
 
     def __init__(self, alignment: int, count: int):
         self.chunks: list[Any] = []
-        self.cur = bytearray(g.U32.pack(count))
-        self.base = FRAME_SIZE
+        self.cur = bytearray(_HEAD_ROOM)
+        g.U32.pack_into(self.cur, FRAME_SIZE, count)
+        self.base = 0
         self.mask = alignment - 1
+
+
+_HEAD_ROOM = FRAME_SIZE + g.U32.size
 
 
 def encode_record(
@@ -58,13 +63,16 @@ def encode_record(
         encode(out, value)
     chunks, cur = out.chunks, out.cur
     length = out.base + len(cur) - FRAME_SIZE
-    crc = 0
-    for chunk in chunks:
+    first = chunks[0] if chunks else cur
+    with memoryview(first) as view:
+        crc = checksum(view[FRAME_SIZE:])
+    for chunk in chunks[1:]:
         crc = checksum(chunk, crc)
-    crc = checksum(cur, crc)
+    if chunks:
+        crc = checksum(cur, crc)
     cur += g.ZEROS[: -(FRAME_SIZE + length) & out.mask]  # so the next block starts aligned
     chunks.append(cur)
-    chunks[0][:0] = FRAME.pack(FRAME_MAGIC, crc, length)
+    FRAME.pack_into(first, 0, FRAME_MAGIC, crc, length)
     return chunks, length, crc
 
 
