@@ -17,6 +17,7 @@ from ..container import FRAME_CRC_AT, FRAME_SIZE
 from .kinds import S_BOOL, S_BYTES, S_NONE, S_SCALAR, S_TENSOR, S_TEXT
 from .layout import Layout
 
+assert FRAME_CRC_AT == 4  # the checksum is the high half of the frame's first word
 BIG_COPY = 1 << 12  # tensor data at least this big is copied record by record (memcpy bound)
 BOOL = np.dtype("?")
 
@@ -61,8 +62,8 @@ def decode_batch(
     found = np.take(u64, (frames // 8)[:, None] + words, mode="clip")  # clipped: no match
     if not ((found & mask) == expected).all():
         return None
-    stored = _gather(u8, frames + FRAME_CRC_AT, 4).view("<u4").ravel()
-    if not (stored == crcs).all():
+    # Word 0 is the frame's magic and checksum (FRAME_CRC_AT = 4): it must be the index's.
+    if not ((found[:, 0] >> np.uint64(32)) == crcs).all():
         return None
     if checksum is not None:
         view = memoryview(buf)
