@@ -289,6 +289,31 @@ def test_damaged_structure_is_reported_as_ds_i_reports_it(tmp_path):
         assert str(caught.value) == str(single.value) and caught.value.record == 20
 
 
+@pytest.mark.parametrize(
+    "offset, length", [(1 << 63, 10), ((1 << 64) - 64, 10), (None, (1 << 64) - 1), (None, 1 << 40)]
+)
+def test_hostile_index_entries(tmp_path, offset, length):
+    """Offsets and lengths beyond the file (and beyond int64): what ds[i] says, no more."""
+    path = tmp_path / "hostile.evs"
+    rng = np.random.default_rng(7)
+    with evs.Writer(path) as writer:
+        for i in range(40):
+            writer.append(w1(1000 + i, rng))
+    with evs.open(path) as ds:
+        at = ds.commit.segments[0].offset + 9 * ds.entries().itemsize
+        original = int(ds.entries()[9]["offset"])
+    data = bytearray(path.read_bytes())
+    struct.pack_into("<QQ", data, at, original if offset is None else offset, length)
+    path.write_bytes(data)
+    with evs.open(path) as ds:
+        with pytest.raises(evs.FormatError) as single:
+            ds[9]
+        for indices in ([9], [0, 9, 1], list(range(40))):
+            with pytest.raises(evs.FormatError) as caught:
+                ds.get_batch(indices)
+            assert str(caught.value) == str(single.value) and caught.value.record == 9
+
+
 def test_records_of_different_value_counts(tmp_path):
     path = tmp_path / "counts.evs"
     with evs.Writer(path) as writer:

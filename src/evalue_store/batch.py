@@ -28,6 +28,7 @@ from .codec import compile_layout
 from .codec.batch import decode_batch
 from .container import ENTRY_DTYPE, FRAME_SIZE
 from .dtypes import BFLOAT16
+from .errors import FormatError
 from .values import _is_torch_tensor
 
 Batch = Any  # dict[str, Any] | list[Any]
@@ -142,9 +143,11 @@ def _mapped_columns(ds: Any, positions: np.ndarray, alloc: Allocator) -> list | 
     layouts, a structure without one, an index entry or record that fails a check): the
     record-by-record path then reads it, and reports what is wrong."""
     entries = _entries_at(ds, positions)
+    header, end, limit = ds.header, ds.commit.end, ds.max_record_bytes
+    if (entries["offset"] > end).any() or (entries["length"] > end).any():
+        return None  # (and after this, both fit in int64)
     offsets = entries["offset"].astype(np.int64)
     lengths = entries["length"].astype(np.int64)
-    header, end, limit = ds.header, ds.commit.end, ds.max_record_bytes
     if (
         entries["reserved"].any()
         or (offsets % header.alignment).any()
@@ -308,5 +311,5 @@ def name_columns(columns: list, names: tuple[str, ...] | None, alloc: Allocator)
     if not columns:
         return {name: [] for name in names}
     if len(columns) != len(names):
-        raise ValueError(f"records have {len(columns)} values for {len(names)} field names")
+        raise FormatError(f"records have {len(columns)} values for {len(names)} field names")
     return dict(zip(names, columns))
