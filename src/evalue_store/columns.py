@@ -1,5 +1,9 @@
 """Columnar writes (``Writer.extend_columns``): N records given field by field.
 
+The layers: ``Column`` (a user's column) -> ``encode_columns`` (all N frames, from the
+first record's layout) or ``encode_rows`` -> ``append_columns`` (written as ``append``
+writes, all or nothing).
+
 A column is one field's values for all N records:
 
 * a numpy array or torch tensor of shape [N, ...] with at least 2 dimensions: a Tensor
@@ -21,9 +25,10 @@ from typing import Any
 
 import numpy as np
 
-from .codec import compile_layout, encode_record
+from .codec import compile_layout, encode_record, record_checksum
 from .codec.batch import encode_batch
 from .codec.kinds import S_BOOL, S_BYTES, S_NONE, S_SCALAR, S_TENSOR, S_TEXT
+from .container import ENTRY, ENTRY_DTYPE, FRAME_SIZE
 from .errors import EncodeError
 from .values import INT64_MAX, Kind, Typed, _is_torch_tensor, as_array
 
@@ -162,3 +167,49 @@ def encode_columns(
 def encode_rows(columns: list[Column], count: int, alignment: int, checksum: Any = None) -> list:
     """Each record on its own: [(chunks, payload length, checksum)] in order."""
     return [encode_record([c.row(k) for c in columns], alignment, checksum) for k in range(count)]
+
+
+def append_columns(writer: Any, columns: Mapping[Any, Any]) -> range:
+    """``Writer.extend_columns`` (the writer is open and locked): encode, write, index."""
+    record, count = columns_of(columns)
+    ordered, fixed = writer._record_values(record)
+    first = len(writer)
+    if count == 0:
+        return range(first, first)
+    built = encode_columns(ordered, count, writer.alignment, record_checksum)
+    rows = None
+    if built is None:  # each record encoded on its own, before anything is written
+        rows = encode_rows(ordered, count, writer.alignment, record_checksum)
+    sink = writer._sink
+    offset = writer._align()
+    pending = len(writer._pending)
+    try:
+        if built is not None:
+            frames, length, crcs = built
+            size, stride = FRAME_SIZE + length, frames.shape[1]
+            view = memoryview(frames.reshape(-1))
+            write_blocks = getattr(sink, "write_blocks", None)
+            if write_blocks is not None:
+                write_blocks(view, count, stride)
+            else:  # the frame layer places each record's block
+                for at in range(0, count * stride, stride):
+                    sink.begin_block(size)
+                    sink.write(view[at : at + stride], stride)
+            entries = np.zeros(count, ENTRY_DTYPE)
+            entries["offset"] = np.arange(offset, offset + count * stride, stride)
+            entries["length"] = length
+            entries["crc"] = crcs
+            writer._pending += entries.tobytes()
+        else:
+            for chunks, length, crc in rows:
+                at = sink.pos
+                sink.begin_block(FRAME_SIZE + length)
+                for chunk in chunks:
+                    sink.write(chunk, len(chunk))
+                writer._pending += ENTRY.pack(at, length, crc, 0)
+    except BaseException as exc:
+        del writer._pending[pending:]
+        writer._undo_record(offset, exc)
+        raise
+    writer._record_appended(fixed)
+    return range(first, first + count)

@@ -16,15 +16,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-import numpy as np
-
 from . import __version__
-from .codec import check_payload, encode_record, realign_payload, record_checksum, value_count
-from .columns import columns_of, encode_columns, encode_rows
+from .codec import check_payload, encode_record, realign_payload, value_count
+from .columns import append_columns
 from .container import (
     DEFAULT_ALIGNMENT,
     ENTRY,
-    ENTRY_DTYPE,
     ENTRY_SIZE,
     FRAME,
     FRAME_MAGIC,
@@ -349,50 +346,7 @@ class Writer(WriterFields):
         rows one by one writes; all N are appended or, on an error, none.
         """
         self._check_open()
-        record, count = columns_of(columns)
-        ordered, fixed = self._record_values(record)
-        first = len(self)
-        if count == 0:
-            return range(first, first)
-        built = encode_columns(ordered, count, self.alignment, record_checksum)
-        rows = (
-            None
-            if built is not None
-            else encode_rows(ordered, count, self.alignment, record_checksum)
-        )
-        sink = self._sink
-        offset = self._align()
-        pending = len(self._pending)
-        try:
-            if built is not None:
-                frames, length, crcs = built
-                size, stride = FRAME_SIZE + length, frames.shape[1]
-                view = memoryview(frames.reshape(-1))
-                write_blocks = getattr(sink, "write_blocks", None)
-                if write_blocks is not None:
-                    write_blocks(view, count, stride)
-                else:  # the frame layer places each record's block
-                    for at in range(0, count * stride, stride):
-                        sink.begin_block(size)
-                        sink.write(view[at : at + stride], stride)
-                entries = np.zeros(count, ENTRY_DTYPE)
-                entries["offset"] = np.arange(offset, offset + count * stride, stride)
-                entries["length"] = length
-                entries["crc"] = crcs
-                self._pending += entries.tobytes()
-            else:
-                for chunks, length, crc in rows:
-                    at = sink.pos
-                    sink.begin_block(FRAME_SIZE + length)
-                    for chunk in chunks:
-                        sink.write(chunk, len(chunk))
-                    self._pending += ENTRY.pack(at, length, crc, 0)
-        except BaseException as exc:
-            del self._pending[pending:]
-            self._undo_record(offset, exc)
-            raise
-        self._record_appended(fixed)
-        return range(first, first + count)
+        return append_columns(self, columns)
 
     @_serialized
     def set_metadata(self, metadata: dict | None) -> None:
