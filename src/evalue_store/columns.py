@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from .codec import compile_layout, encode_record, record_checksum
+from .codec import compile_layout, encode_record
 from .codec.batch import encode_batch
 from .codec.kinds import S_BOOL, S_BYTES, S_NONE, S_SCALAR, S_TENSOR, S_TEXT
 from .container import ENTRY, ENTRY_DTYPE, FRAME_SIZE
@@ -176,10 +176,10 @@ def append_columns(writer: Any, columns: Mapping[Any, Any]) -> range:
     first = len(writer)
     if count == 0:
         return range(first, first)
-    built = encode_columns(ordered, count, writer.alignment, record_checksum)
+    built = encode_columns(ordered, count, writer.alignment, writer._checksum)
     rows = None
     if built is None:  # each record encoded on its own, before anything is written
-        rows = encode_rows(ordered, count, writer.alignment, record_checksum)
+        rows = encode_rows(ordered, count, writer.alignment, writer._checksum)
     sink = writer._sink
     offset = writer._align()
     pending = len(writer._pending)

@@ -17,7 +17,7 @@ from dataclasses import replace
 from typing import Any
 
 from . import __version__
-from .codec import check_payload, encode_record, realign_payload, value_count
+from .codec import check_payload, encode_record, realign_payload, record_checksum, value_count
 from .columns import append_columns
 from .container import (
     DEFAULT_ALIGNMENT,
@@ -110,6 +110,8 @@ class Writer(WriterFields):
     ``train_dictionary``) is stored once at the start of the file. In mode "a" the file's
     own compression settings apply.
     """
+
+    _checksum = record_checksum  # of record payloads, for every record this writer encodes
 
     def __init__(
         self,
