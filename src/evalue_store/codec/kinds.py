@@ -188,17 +188,15 @@ def memory_layout(array: np.ndarray) -> tuple[np.ndarray, tuple[int, ...] | None
 
 
 MAX_HEADS = 4096  # tensor headers remembered (bounded: shapes may all differ)
+# (dtype, shape, strides) of small C-contiguous little-endian arrays -> their header bytes
+_HEADS: dict[tuple, bytes] = {}
 
 
 class TensorCodec:
     kind = Kind.TENSOR
 
-    def __init__(self) -> None:
-        # (dtype, shape, strides) of small C-contiguous little-endian arrays -> their header
-        self.heads: dict[tuple, bytes] = {}
-
     def encode(self, out: Any, array: np.ndarray) -> None:
-        head = self.heads.get((array.dtype, array.shape, array.strides))
+        head = _HEADS.get((array.dtype, array.shape, array.strides))
         if head is not None:  # the common case: a shape seen before, stored as it is
             cur = out.cur
             cur += head
@@ -214,9 +212,9 @@ class TensorCodec:
         if order is None:
             head = TENSOR_HEADS[rank].pack(T_TENSOR, dtype_code(array.dtype), rank, 0, *data.shape)
             if data is array and array.nbytes < BIG_PART:
-                if len(self.heads) >= MAX_HEADS:
-                    self.heads.clear()
-                self.heads[array.dtype, array.shape, array.strides] = head
+                if len(_HEADS) >= MAX_HEADS:
+                    _HEADS.clear()
+                _HEADS[array.dtype, array.shape, array.strides] = head
             cur += head
         else:
             cur += TENSOR_HEADS[rank].pack(T_TENSOR, dtype_code(array.dtype), rank, 1, *array.shape)

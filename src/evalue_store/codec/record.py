@@ -14,8 +14,17 @@ from typing import Any
 from ..container import FRAME, FRAME_MAGIC, FRAME_SIZE
 from ..errors import EncodeError, FormatError
 from ..values import classify
-from . import grammar as g
-from .grammar import record_checksum
+from .grammar import (
+    DIM_SIZE,
+    MAX_VALUES,
+    T_TENSOR,
+    TAG_SIZE,
+    TENSOR_DIM_ORDER,
+    TENSOR_HEAD,
+    U32,
+    ZEROS,
+    record_checksum,
+)
 from .kinds import BY_TYPE, CODECS
 
 # ----------------------------------------------------------------------------- encoding
@@ -32,12 +41,12 @@ class Builder:
     def __init__(self, alignment: int, count: int):
         self.chunks: list[Any] = []
         self.cur = bytearray(_HEAD_ROOM)
-        g.U32.pack_into(self.cur, FRAME_SIZE, count)
+        U32.pack_into(self.cur, FRAME_SIZE, count)
         self.base = 0
         self.mask = alignment - 1
 
 
-_HEAD_ROOM = FRAME_SIZE + g.U32.size
+_HEAD_ROOM = FRAME_SIZE + U32.size
 
 
 def encode_record(
@@ -51,12 +60,12 @@ def encode_record(
     """
     if type(values) is not list and not isinstance(values, (list, tuple)):
         raise EncodeError(f"a record is a list or tuple of values, not {type(values).__name__}")
-    if len(values) > g.MAX_VALUES:
-        raise EncodeError(f"a record holds at most {g.MAX_VALUES} values")
+    if len(values) > MAX_VALUES:
+        raise EncodeError(f"a record holds at most {MAX_VALUES} values")
     out = Builder(alignment, len(values))
-    by_type = BY_TYPE
+    get = BY_TYPE.get
     for value in values:
-        encode = by_type.get(type(value))
+        encode = get(type(value))
         if encode is None:
             kind, value = classify(value)
             encode = CODECS[kind].encode
@@ -64,13 +73,12 @@ def encode_record(
     chunks, cur = out.chunks, out.cur
     length = out.base + len(cur) - FRAME_SIZE
     first = chunks[0] if chunks else cur
-    with memoryview(first) as view:
-        crc = checksum(view[FRAME_SIZE:])
-    for chunk in chunks[1:]:
-        crc = checksum(chunk, crc)
+    crc = checksum(memoryview(first)[FRAME_SIZE:])  # the view is gone before ``cur`` grows
     if chunks:
+        for chunk in chunks[1:]:
+            crc = checksum(chunk, crc)
         crc = checksum(cur, crc)
-    cur += g.ZEROS[: -(FRAME_SIZE + length) & out.mask]  # so the next block starts aligned
+    cur += ZEROS[: -(FRAME_SIZE + length) & out.mask]  # so the next block starts aligned
     chunks.append(cur)
     FRAME.pack_into(first, 0, FRAME_MAGIC, crc, length)
     return chunks, length, crc
@@ -100,7 +108,7 @@ class Reader:
         return pos
 
     def value(self, allowed: Any = None) -> Any:
-        at = self.need(g.TAG_SIZE, "value tag")
+        at = self.need(TAG_SIZE, "value tag")
         tag = self.buf[at]
         if allowed is not None and tag not in allowed:
             raise FormatError(f"tag {tag} not allowed inside a list of tensors", at)
@@ -112,9 +120,9 @@ class Reader:
     def record(self) -> list:
         """The record's values; its bytes must end exactly after the last one."""
         start, length = self.pos, self.end - self.pos
-        count = g.U32.unpack_from(self.buf, self.need(g.U32.size, "value count"))[0]
-        if count > g.MAX_VALUES:
-            raise FormatError(f"record claims {count} values, over the limit {g.MAX_VALUES}", start)
+        count = U32.unpack_from(self.buf, self.need(U32.size, "value count"))[0]
+        if count > MAX_VALUES:
+            raise FormatError(f"record claims {count} values, over the limit {MAX_VALUES}", start)
         if count > length:
             raise FormatError(f"record claims {count} values in {length} bytes", start)
         values = [self.value() for _ in range(count)]
@@ -125,7 +133,7 @@ class Reader:
 
 def value_count(payload: Any) -> int:
     """The value count a record payload starts with (the payload must hold its 4 bytes)."""
-    return g.U32.unpack_from(payload)[0]
+    return U32.unpack_from(payload)[0]
 
 
 def decode_payload(buf: Any, frame: int, length: int, alignment: int) -> list:
@@ -156,11 +164,11 @@ class _SpanReader(Reader):
     def value(self, allowed: Any = None) -> Any:
         at = self.pos
         value = super().value(allowed)
-        if self.buf[at] == g.T_TENSOR:
-            _, _, rank, flags = g.TENSOR_HEAD.unpack_from(self.buf, at)
-            dims_at = at + g.TENSOR_HEAD.size
-            order = rank if flags & g.TENSOR_DIM_ORDER else 0
-            self.spans.append((dims_at + g.DIM_SIZE * rank + order, self.data_at))
+        if self.buf[at] == T_TENSOR:
+            _, _, rank, flags = TENSOR_HEAD.unpack_from(self.buf, at)
+            dims_at = at + TENSOR_HEAD.size
+            order = rank if flags & TENSOR_DIM_ORDER else 0
+            self.spans.append((dims_at + DIM_SIZE * rank + order, self.data_at))
         return value
 
 
@@ -175,7 +183,7 @@ def realign_payload(payload: Any, source_alignment: int, alignment: int) -> byte
     copied = 0
     for header_end, data in reader.spans:
         out += payload[copied:header_end]
-        out += g.ZEROS[: -(FRAME_SIZE + len(out)) & (alignment - 1)]
+        out += ZEROS[: -(FRAME_SIZE + len(out)) & (alignment - 1)]
         copied = data
     out += payload[copied:]
     return out
