@@ -282,7 +282,8 @@ def sharded_batch(sds: Any, indices: Any, out: Out = None, new: Any = None) -> B
     names = sds.fields
     alloc = Allocator(len(positions), field_keys(names, out), names, new)
     shard_of = np.searchsorted(sds.offsets, positions, side="right") - 1
-    shards = np.unique(shard_of).tolist()
+    one = len(positions) == 0 or shard_of.min() == shard_of.max()
+    shards = shard_of[:1].tolist() if one else np.unique(shard_of).tolist()
     if len(shards) <= 1:
         ds = sds.shard(shards[0]) if shards else None
         local = positions - (sds.offsets[shards[0]] if shards else 0)

@@ -124,10 +124,14 @@ class EValueDataset(Dataset):
         return BatchSamples(torch_columns, len(indices), self.data.open_options["as_dict"])
 
 
+_TORCH_DTYPES: dict[np.dtype, torch.dtype] = {BFLOAT16: torch.bfloat16}
+
+
 def _torch_dtype(dtype: np.dtype) -> torch.dtype:
-    if dtype == BFLOAT16:
-        return torch.bfloat16
-    return torch.from_numpy(np.empty(0, dtype)).dtype
+    found = _TORCH_DTYPES.get(dtype)
+    if found is None:
+        found = _TORCH_DTYPES[dtype] = torch.from_numpy(np.empty(0, dtype)).dtype
+    return found
 
 
 def _numpy_of(tensor: torch.Tensor) -> np.ndarray:
