@@ -212,6 +212,20 @@ def test_out_buffers(w1_path):
         assert got["id"] == want["id"]
 
 
+@pytest.mark.parametrize("indices", [range(1000, 1256), range(256)])  # one layout, three
+def test_out_buffers_on_the_column_path(w1_path, indices):
+    with evs.open(w1_path) as ds:
+        want = expected(ds, indices)
+        tokens = torch.zeros((256, 128), dtype=torch.int64)
+        labels = np.zeros(256, np.int64)
+        got = ds.get_batch(list(indices), out={"tokens": tokens, "label": labels})
+        assert got["tokens"] is tokens and got["label"] is labels
+        assert_same_value(tokens.numpy(), want["tokens"])
+        assert_same_value(labels, want["label"])
+        with pytest.raises(ValueError, match="field 'id': its values do not stack"):
+            ds.get_batch(list(indices), out={"id": np.empty(256)})
+
+
 @pytest.mark.parametrize(
     "out, message",
     [
