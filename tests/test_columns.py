@@ -97,6 +97,7 @@ def test_columns_of_every_kind(tmp_path):
         "nothing": [None] * n,
         "raw": [bytes([k]) * 3 for k in range(n)],
         "text": np.array([f"é{k:02d}" for k in range(n)]),
+        "objects": np.array([f"o{k}" if k % 3 else None for k in range(n)], dtype=object),
     }
     assert_same_file(tmp_path, columns, n)
 

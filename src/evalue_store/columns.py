@@ -9,8 +9,8 @@ A column is one field's values for all N records:
 * a numpy array or torch tensor of shape [N, ...] with at least 2 dimensions: a Tensor
   per record (row k); wrap a 1-D array in ``evs.Tensor(...)`` for 0-d tensors;
 * a 1-D integer / floating / bool array: an Int / Double / Bool per record;
-* a list or tuple of N values of any kind (strings, bytes, None...), or a numpy string
-  array: value k per record, as ``append`` would store it.
+* a list or tuple of N values of any kind (strings, bytes, None...), or a numpy string or
+  object array: value k per record, as ``append`` would store it.
 
 The records are exactly those ``append`` would write, row by row (the file is byte for
 byte the same). When every record has the first record's layout (codec.layout: tensors of
@@ -48,7 +48,7 @@ class Column:
         force_tensor = isinstance(value, Typed) and value.kind == Kind.TENSOR
         if force_tensor:
             value = value.value
-        if isinstance(value, np.ndarray) and value.dtype.kind in "SU":
+        if isinstance(value, np.ndarray) and value.dtype.kind in "SUO":  # values, not numbers
             value = value.tolist()
         if isinstance(value, np.ndarray) or _is_torch_tensor(value):
             array = as_array(value) if value.ndim > 1 or force_tensor else np.asarray(value)
