@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import mmap
 import struct
-import zlib
 
 import numpy as np
 import pytest
@@ -21,7 +20,7 @@ from hypothesis.extra import numpy as hnp
 
 import evalue_store as evs
 from evalue_store.codec import Layout, decode_payload
-from evalue_store.container import ENTRY_SIZE, FRAME_SIZE
+from evalue_store.container import ENTRY_SIZE, FRAME_SIZE, crc32c
 from evalue_store.dtypes import CODE_TO_DTYPE
 
 
@@ -244,7 +243,7 @@ def damaged_copy(tmp_path, recs, damage, name="bad.evs"):
 def fix_crc(data, entries, i):
     """Make record i's checksums (frame header and index entry) match its payload again."""
     offset, length = int(entries[i]["offset"]), int(entries[i]["length"])
-    crc = zlib.crc32(data[offset + FRAME_SIZE : offset + FRAME_SIZE + length])
+    crc = crc32c(data[offset + FRAME_SIZE : offset + FRAME_SIZE + length])  # a 1.1 file's
     struct.pack_into("<I", data, offset + 4, crc)
     index_at = data.find(struct.pack("<QQ", offset, length))
     struct.pack_into("<I", data, index_at + 16, crc)
@@ -316,6 +315,3 @@ def test_structure_change_with_valid_checksum_is_read_generically(tmp_path):
     got, error = outcome(path)
     assert error is None and got[25][0].shape == (3, 2) and got[24][0].shape == (2, 3)
     assert_scans_agree(path)
-
-
-# ----------------------------------------------------------------------------- writing

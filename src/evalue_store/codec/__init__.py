@@ -2,7 +2,7 @@
 kind) -> record (whole records, generic and checked) -> layout (records of one structure,
 decoded or encoded many at a time)."""
 
-from .grammar import MAX_VALUES, record_checksum
+from .grammar import MAX_VALUES
 from .layout import Layout, compile_layout
 from .record import check_payload, decode_payload, encode_record, realign_payload, value_count
 
@@ -14,6 +14,5 @@ __all__ = [
     "decode_payload",
     "encode_record",
     "realign_payload",
-    "record_checksum",
     "value_count",
 ]

@@ -8,7 +8,6 @@ how those fields are written, read back and laid out.
 from __future__ import annotations
 
 import struct
-import zlib
 
 import numpy as np
 
@@ -62,9 +61,6 @@ T_NONE, T_TENSOR, T_STRING, T_DOUBLE, T_INT, T_BOOL = (
 )
 BOOL_CODE = dtype_code(np.dtype("?"))  # ScalarType Bool: its bytes must be 0 or 1
 ZEROS = memoryview(bytes(1 << 16))  # padding source: alignment is at most 65536
-
-# The record checksum: every encoder and reader of record payloads calls this one.
-record_checksum = zlib.crc32
 
 
 def tensor_strides(shape: tuple[int, ...], order: bytes, itemsize: int) -> tuple[int, ...]:

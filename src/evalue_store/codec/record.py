@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..container import FRAME, FRAME_MAGIC, FRAME_SIZE
+from ..container import FRAME, FRAME_MAGIC, FRAME_SIZE, Checksum
 from ..errors import EncodeError, FormatError
 from ..values import classify
 from .grammar import (
@@ -23,7 +23,6 @@ from .grammar import (
     TENSOR_HEAD,
     U32,
     ZEROS,
-    record_checksum,
 )
 from .kinds import BY_TYPE, CODECS
 
@@ -50,9 +49,10 @@ _HEAD_ROOM = FRAME_SIZE + U32.size
 
 
 def encode_record(
-    values: Sequence[Any], alignment: int, checksum: Any = record_checksum
+    values: Sequence[Any], alignment: int, checksum: Checksum
 ) -> tuple[list[Any], int, int]:
-    """Encode one record frame. Returns (chunks, payload length, payload ``checksum``).
+    """Encode one record frame. Returns (chunks, payload length, payload checksum), the
+    checksum by the file's function (``Header.checksum``).
 
     The chunks, written in order, are the whole frame (header included) followed by zero
     padding up to the next multiple of ``alignment``; big tensor data chunks are views of
