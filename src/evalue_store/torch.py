@@ -108,7 +108,9 @@ class EValueDataset(Dataset):
         where = indexing.normalize(index, len(self.data))
         if isinstance(where, int):
             return self._sample(self.data[where])
-        return self.__getitems__(where)
+        if isinstance(where, range):
+            where = np.arange(where.start, where.stop, where.step)
+        return [self._sample(r) for r in self.data.get_many(where)]
 
     def __getitems__(self, indices: Sequence[int]) -> Sequence:
         """The samples of a batch. Without a transform they come as one ``BatchSamples``:
@@ -170,7 +172,8 @@ class _Columns:
 
 class BatchSamples(Sequence):
     """A batch from ``EValueDataset.__getitems__``: its fields as columns (stacked tensors,
-    or lists), and, as a sequence, its samples (built on demand, rows of the columns)."""
+    or lists), and, as a sequence, its samples (built on demand from rows of the columns:
+    a scalar field's value is then a 0-d tensor, which default_collate stacks alike)."""
 
     def __init__(self, columns: dict, count: int, as_dict: bool):
         self.columns = columns  # by field name, or position
