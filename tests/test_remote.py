@@ -348,3 +348,47 @@ def test_http_through_nginx_ranged_reads(tmp_path):
         missing = f"{server.url}/nope.evs"
         with pytest.raises(FileNotFoundError, match="nope.evs"):
             evs.open(missing)
+
+
+def test_scan_fetches_ahead_instead_of_one_request_per_record(s3, tmp_path):
+    n = 20_000
+    url = upload(s3, tmp_path, "scan.evs", n, lambda i: [np.full(64, i, np.int32)])  # ~330 B
+    size = (tmp_path / "scan.evs").stat().st_size
+    ds = evs.open(url, storage_options=s3.options)
+    s3.log.clear()
+    assert [int(r[0][0]) for r in ds] == list(range(n))
+    gets = s3.log.gets()
+    assert len(gets) <= size // BLOCK // 4 + 10  # read-ahead grows to MAX_READAHEAD
+    assert sum(g.body_bytes for g in gets) <= 2 * size
+
+
+def test_torch_datasets_over_a_bucket(s3, tmp_path):
+    torch = pytest.importorskip("torch")
+    from evalue_store.torch import EValueDataset, ShardedIterableDataset
+
+    base = "s3://bkt/torch"
+    with evs.ShardWriter(f"{base}/p-{{:03d}}.evs", max_records=25, storage_options=s3.options) as w:
+        for i in range(60):
+            w.append([np.full(3, i, np.int64)])
+    shards = evs.open_shards(f"{base}/", storage_options=s3.options, validate=True)
+    mapped = EValueDataset(shards)
+    assert len(mapped) == 60 and torch.equal(mapped[59][0], torch.full((3,), 59))
+    stream = ShardedIterableDataset(shards, shuffle=True, seed=1, batch_size=4)
+    loader = torch.utils.data.DataLoader(stream, batch_size=4, num_workers=2)
+    seen = sorted(int(x) for batch in loader for x in batch[0][:, 0])
+    assert seen == list(range(60))
+
+
+def test_readme_remote_block_runs(s3, tmp_path, monkeypatch):
+    from .test_readme import block
+
+    code = block("### Object storage: S3, GCS, Azure, HTTP")
+    lines = code.splitlines()
+    assert lines[3].startswith("opts = ")
+    lines[3] = "opts = OPTIONS"
+    monkeypatch.chdir(tmp_path)
+    s3.fs().mkdir("bucket")
+    records = [[np.arange(4) + i, i] for i in range(100_000)]
+    env = {"records": records, "OPTIONS": s3.options}
+    exec(compile("\n".join(lines), "README", "exec"), env)
+    assert env["ds"][12_345][1] == 12_345

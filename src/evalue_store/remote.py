@@ -26,10 +26,12 @@ from .plain import CHUNK, _PlainSource, aligned_buffer
 from .zstd import is_compressed
 
 BLOCK_SIZE = 64 << 10  # bytes per cached block: an index block holds 4096 entries
+SMALL_READ = 1 << 10  # a random read smaller than this fetches its block; larger, itself
 HEAD_BYTES = 64 << 10  # bytes of the head and of the tail fetched at open
 MERGE_GAP = 16 << 10  # ranges of a batch this close together are fetched as one
 MAX_REQUEST = 16 << 20  # no coalesced request grows beyond this
-MAX_READAHEAD = 4 << 20  # sequential misses double their fetch up to this
+MAX_READAHEAD = 2 << 20  # a scan's fetches double up to this...
+RUNS = 4  # ...for each of this many recent fetches, held besides the cache
 RETRIES = 4  # a failed range is tried this many more times, with backoff
 BACKOFF_S = 0.2  # first wait; doubles per retry
 THREADS = 16  # concurrent requests for filesystems without an async implementation
@@ -112,8 +114,7 @@ class RemoteReader:
         self._blocks: OrderedDict[int, bytes] = OrderedDict()
         self._cached = 0
         self._lock = threading.Lock()
-        self._readahead = block_size
-        self._next_miss = -1  # the block right after the last fetched run
+        self._runs: list[tuple[int, bytes, int]] = []  # recent fetches: start, bytes, read-ahead
         self.requests = 0
         self.fetched = 0
 
@@ -226,33 +227,42 @@ class RemoteReader:
     # -------------------------------------------------------------- the protocol
 
     def pread(self, offset: int, n: int) -> bytes:
-        """Bytes [offset, offset + n) (fewer where the object ends). A read within one
-        block fetches that block (and, when misses run in order, the next few); a longer
-        one is served from the cache or fetched exactly."""
+        """Bytes [offset, offset + n) (fewer where the object ends), from the cache or
+        else: a read at or just after one of the last few fetches (a scan; index and
+        records interleave) fetches ahead, doubling up to MAX_READAHEAD; otherwise a small
+        read (an index entry, a tiny record) fetches its block, whose neighbours are likely
+        next, and a larger one is fetched exactly."""
         n = max(0, min(n, self.size - offset))
         if n == 0:
             return b""
+        runs = self._runs
+        for start, data, _ in runs:
+            if start <= offset and offset + n <= start + len(data):
+                return data[offset - start : offset - start + n]
         blocks = self._blocks_of(offset, n)
         cached = [self._get(k) for k in blocks]
         if all(block is not None for block in cached):
             joined = cached[0] if len(cached) == 1 else b"".join(cached)  # type: ignore[arg-type]
             skip = offset - blocks[0] * self.block_size
             return joined[skip : skip + n]
-        if len(blocks) > 1:
-            return self.fetch([(offset, offset + n)])[0]
-        k = blocks[0]
-        self._readahead = (
-            min(2 * self._readahead, MAX_READAHEAD, self.cache_bytes // 4)
-            if k == self._next_miss
-            else self.block_size
-        )
-        start = k * self.block_size
-        end = min(self.size, start + max(self.block_size, self._readahead))
+        near = [r for r in runs if r[0] <= offset <= r[0] + len(r[1]) + self.block_size]
+        if near:
+            ahead = min(2 * near[0][2], MAX_READAHEAD)
+            start, end = offset, min(self.size, offset + max(n, ahead))
+        elif n < SMALL_READ and len(blocks) == 1:
+            ahead = self.block_size // 2  # doubled to one block if a scan goes on from here
+            start = blocks[0] * self.block_size
+            end = min(self.size, start + self.block_size)
+        else:
+            ahead = self.block_size // 2
+            start, end = offset, offset + n
         data = self.fetch([(start, end)])[0]
-        self._put(k, data)
-        self._next_miss = -(-end // self.block_size)
-        skip = offset - start
-        return data[skip : skip + n]
+        first = -(-start // self.block_size)
+        if first * self.block_size - start < len(data):
+            self._put(first, data[first * self.block_size - start :])
+        kept = [r for r in runs if not near or r is not near[0]]
+        self._runs = [(start, data, ahead), *kept][:RUNS]
+        return data[offset - start : offset - start + n]
 
     def pread_many(
         self, ranges: Sequence[tuple[int, int]], *, whole_blocks: bool = False
@@ -301,6 +311,7 @@ class RemoteReader:
         with self._lock:
             self._blocks.clear()
             self._cached = 0
+            self._runs = []
 
 
 class RemoteSource(_PlainSource):
