@@ -17,7 +17,7 @@ import shutil
 import tempfile
 from typing import Any
 
-from .errors import FormatError
+from .errors import LIMIT, MANIFEST, FormatError
 from .remote import _retrying, resolve
 from .writer import Writer
 
@@ -32,12 +32,12 @@ def read_remote_manifest(fs: Any, inner: str, url: str, parse: Any) -> list:
     """The shards a remote manifest lists (URLs), parsed by ``parse(doc, url, join)``."""
     size = int(_retrying(lambda: fs.info(inner), url, "info")["size"])
     if size > MAX_MANIFEST:
-        raise FormatError(f"manifest of {size} bytes, over {MAX_MANIFEST}", None, url)
+        raise FormatError(f"manifest of {size} bytes, over {MAX_MANIFEST}", None, url, code=LIMIT)
     raw = _retrying(lambda: fs.cat_file(inner, start=0, end=size), url, "read")
     try:
         doc = json.loads(raw)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise FormatError(f"manifest is not JSON: {exc}", None, url) from None
+        raise FormatError(f"manifest is not JSON: {exc}", None, url, code=MANIFEST) from None
     base = posixpath.dirname(inner)
     return parse(doc, url, lambda name: _join(fs, base, name))
 
@@ -79,7 +79,8 @@ def check_listed(fs: Any, shards: list, manifest: str) -> None:
             listed = _retrying(lambda: fs.ls(directory, detail=False), manifest, "list")  # noqa: B023
             by_dir[directory] = {fs._strip_protocol(n) for n in listed}
         if inner not in by_dir[directory]:
-            raise FormatError(f"shards[{k}].path {info.path}: no such object", None, manifest)
+            reason = f"shards[{k}].path {info.path}: no such object"
+            raise FormatError(reason, None, manifest, code=MANIFEST)
 
 
 class Staging:
