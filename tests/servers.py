@@ -15,12 +15,14 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 
@@ -171,12 +173,19 @@ class S3:
 
 
 @contextlib.contextmanager
-def s3_server() -> Iterator[S3]:
+def s3_server(own_process: bool = False) -> Iterator[S3]:
+    """moto behind the counting proxy; ``own_process``: moto runs in a process of its own
+    (for benchmarks: in this one it competes with the client for the GIL)."""
     from moto.server import ThreadedMotoServer
 
     port = free_port()
-    moto = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    moto.start()
+    if own_process:
+        command = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
+        moto: Any = _Process(subprocess.Popen(command, stderr=subprocess.DEVNULL))
+        _wait_for(port, moto.proc)
+    else:
+        moto = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+        moto.start()
     proxy = CountingProxy(("127.0.0.1", port))
     thread = threading.Thread(target=proxy.serve_forever, daemon=True)
     thread.start()
@@ -193,6 +202,27 @@ def s3_server() -> Iterator[S3]:
         proxy.shutdown()
         proxy.server_close()
         moto.stop()
+
+
+class _Process:
+    def __init__(self, proc: subprocess.Popen):
+        self.proc = proc
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(10)
+
+
+def _wait_for(port: int, proc: subprocess.Popen) -> None:
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"server on port {port} did not start") from None
+            time.sleep(0.05)
 
 
 def free_port() -> int:
@@ -251,15 +281,7 @@ def nginx(root: Path, tmp: Path) -> Iterator[Nginx]:
     conf.write_text(CONFIG.format(tmp=tmp, port=port, root=root))
     proc = subprocess.Popen([NGINX, "-c", str(conf), "-p", str(tmp)], stderr=subprocess.PIPE)
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"nginx did not start: {proc.stderr.read()!r}") from None
-                time.sleep(0.05)
+        _wait_for(port, proc)
         log = tmp / "access.log"
         log.touch()
         yield Nginx(f"http://127.0.0.1:{port}", root, log)

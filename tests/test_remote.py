@@ -345,6 +345,14 @@ def test_http_through_nginx_ranged_reads(tmp_path):
         idx = np.random.default_rng(4).choice(n, 256, replace=False)
         assert [int(r[0][0]) for r in ds[idx]] == idx.tolist()
         assert len(server.requests()) <= 512
+        with evs.ShardWriter(root / "s-{:02d}.evs", max_records=30) as w:
+            for i in range(70):
+                w.append([np.full(2, i, np.int16)])
+        shards = evs.open_shards(f"{server.url}/s.manifest.json")
+        assert len(shards) == 70 and shards[69][0].tolist() == [69, 69]
+        (root / "s-01.evs").unlink()
+        with pytest.raises(evs.FormatError, match="shards.1"):
+            evs.open_shards(f"{server.url}/s.manifest.json")
         missing = f"{server.url}/nope.evs"
         with pytest.raises(FileNotFoundError, match="nope.evs"):
             evs.open(missing)

@@ -111,7 +111,8 @@ class RemoteReader:
         self.size = int(info["size"])
         self.block_size = block_size
         self.cache_bytes = max(cache_bytes, block_size)
-        self._blocks: OrderedDict[int, bytes] = OrderedDict()
+        # block number -> its bytes; (offset, n) -> the bytes of an exact read
+        self._blocks: OrderedDict[Any, bytes] = OrderedDict()
         self._cached = 0
         self._lock = threading.Lock()
         self._runs: list[tuple[int, bytes, int]] = []  # recent fetches: start, bytes, read-ahead
@@ -214,7 +215,17 @@ class RemoteReader:
             while self._cached > self.cache_bytes and self._blocks:
                 self._cached -= len(self._blocks.popitem(last=False)[1])
 
-    def _get(self, k: int) -> bytes | None:
+    def _put_range(self, offset: int, data: bytes) -> None:
+        """Cache the bytes of one exact read (a record bigger than SMALL_READ)."""
+        with self._lock:
+            key = (offset, len(data))
+            old = self._blocks.pop(key, None)  # type: ignore[call-overload]
+            self._cached += len(data) - (len(old) if old is not None else 0)
+            self._blocks[key] = data  # type: ignore[index]
+            while self._cached > self.cache_bytes and self._blocks:
+                self._cached -= len(self._blocks.popitem(last=False)[1])
+
+    def _get(self, k: Any) -> bytes | None:
         with self._lock:
             block = self._blocks.get(k)
             if block is not None:
@@ -235,6 +246,9 @@ class RemoteReader:
         n = max(0, min(n, self.size - offset))
         if n == 0:
             return b""
+        exact = self._get((offset, n))
+        if exact is not None:
+            return exact
         runs = self._runs
         for start, data, _ in runs:
             if start <= offset and offset + n <= start + len(data):
@@ -260,6 +274,8 @@ class RemoteReader:
         first = -(-start // self.block_size)
         if first * self.block_size - start < len(data):
             self._put(first, data[first * self.block_size - start :])
+        if not near and end - start == n:  # a record fetched exactly: cached as it is
+            self._put_range(offset, data)
         kept = [r for r in runs if not near or r is not near[0]]
         self._runs = [(start, data, ahead), *kept][:RUNS]
         return data[offset - start : offset - start + n]

@@ -25,6 +25,11 @@ MAX_MANIFEST = 256 << 20  # a manifest is JSON for the whole dataset: refuse mor
 
 
 def _join(fs: Any, base: str, name: str) -> str:
+    """The URL of ``name`` relative to directory ``base`` (a path within ``fs``, which for
+    HTTP is itself a URL: its "//" must survive the normalization)."""
+    if "://" in base:
+        scheme, rest = base.split("://", 1)
+        return f"{scheme}://{posixpath.normpath(posixpath.join(rest, name))}"
     return fs.unstrip_protocol(posixpath.normpath(posixpath.join(base, name)))
 
 
@@ -70,17 +75,33 @@ def expand_remote(
 
 def check_listed(fs: Any, shards: list, manifest: str) -> None:
     """Every shard a manifest lists must exist now: one listing per directory they are in
-    (not one request per shard), so that a missing shard fails at open."""
-    by_dir: dict[str, set[str]] = {}
+    (not one request per shard; a store that cannot list is asked per shard), so that a
+    missing shard fails at open."""
+    by_dir: dict[str, set[str] | None] = {}
     for k, info in enumerate(shards):
         inner = fs._strip_protocol(info.path)
         directory = posixpath.dirname(inner)
         if directory not in by_dir:
-            listed = _retrying(lambda: fs.ls(directory, detail=False), manifest, "list")  # noqa: B023
-            by_dir[directory] = {fs._strip_protocol(n) for n in listed}
-        if inner not in by_dir[directory]:
+            try:
+                listed = fs.ls(directory, detail=False)
+                by_dir[directory] = {fs._strip_protocol(n) for n in listed}
+            except Exception:  # no listing (an HTTP server without an index page): ask each
+                by_dir[directory] = None
+        names = by_dir[directory]
+        exists = inner in names if names is not None else _exists(fs, inner, manifest)
+        if not exists:
             reason = f"shards[{k}].path {info.path}: no such object"
             raise FormatError(reason, None, manifest, code=MANIFEST)
+
+
+def _exists(fs: Any, path: str, url: str) -> bool:
+    """Whether an object exists, asked by its info (a HEAD): fsspec's HTTP ``exists`` is
+    an unranged GET, which a server answers with the whole object."""
+    try:
+        _retrying(lambda: fs.info(path), url, "info")
+    except FileNotFoundError:
+        return False
+    return True
 
 
 class Staging:
@@ -109,7 +130,7 @@ class Staging:
         """Upload staged shard ``n`` to its place and drop the local copy; returns its URL."""
         target = self.pattern.format(n)
         url = self.fs.unstrip_protocol(target)
-        if not self.overwrite and _retrying(lambda: self.fs.exists(target), url, "exists"):
+        if not self.overwrite and _exists(self.fs, target, url):
             raise FileExistsError(f"{url} exists (pass overwrite=True to replace it)")
         _retrying(lambda: self.fs.put_file(local, target), url, "upload")
         os.unlink(local)
@@ -144,8 +165,7 @@ class RemoteWriter(Writer):
         if mode not in ("w", "x"):
             raise ValueError(f"a Writer to a URL takes mode 'w' or 'x', not {mode!r}")
         self.fs, self.target, self.url = resolve(path, filesystem, storage_options)
-        exists = _retrying(lambda: self.fs.exists(self.target), self.url, "exists")
-        if mode == "x" and exists:
+        if mode == "x" and _exists(self.fs, self.target, self.url):
             raise FileExistsError(f"{self.url} exists")
         self.staging = tempfile.mkdtemp(prefix="evalue_store-upload-")
         super().__init__(os.path.join(self.staging, "upload.evs"), "x", **options)
