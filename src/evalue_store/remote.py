@@ -74,7 +74,12 @@ def identity(info: dict) -> tuple:
 
 def stat(fs: Any, path: str, url: str) -> dict:
     """The object's info (size, ETag...), with retries; FileNotFoundError names the URL."""
-    return _retrying(lambda: fs.info(path), url, "info")
+    info = _retrying(lambda: fs.info(path), url, "info")
+    if info.get("type") == "directory":
+        raise IsADirectoryError(f"{url}: is a directory")
+    if not isinstance(info.get("size"), int):
+        raise Error(f"{url}: the server does not tell the object's size (ranged reads need it)")
+    return info
 
 
 def _retrying(call: Any, url: str, what: str) -> Any:
