@@ -396,7 +396,7 @@ def test_readme_remote_block_runs(s3, tmp_path, monkeypatch):
     lines[3] = "opts = OPTIONS"
     monkeypatch.chdir(tmp_path)
     s3.fs().mkdir("bucket")
-    records = [[np.arange(4) + i, i] for i in range(100_000)]
+    records = [[i] for i in range(100_000)]
     env = {"records": records, "OPTIONS": s3.options}
     exec(compile("\n".join(lines), "README", "exec"), env)
-    assert env["ds"][12_345][1] == 12_345
+    assert env["ds"][12_345] == [12_345]

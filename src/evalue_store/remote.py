@@ -123,6 +123,13 @@ class RemoteReader:
         self._runs: list[tuple[int, bytes, int]] = []  # recent fetches: start, bytes, read-ahead
         self.requests = 0
         self.fetched = 0
+        self._pid = os.getpid()
+
+    def _forked(self) -> None:
+        """In a forked child (a DataLoader worker under fork): a lock the parent held at
+        the fork would never be released here, so the child starts with its own."""
+        self._pid = os.getpid()
+        self._lock = threading.Lock()
 
     # -------------------------------------------------------------- fetching
 
@@ -137,8 +144,8 @@ class RemoteReader:
             failed = []
             for k, data in zip(pending, got):
                 if isinstance(data, BaseException):
-                    if isinstance(data, PERMANENT) or attempt == RETRIES:
-                        self._fail(ranges[k], data, attempt + 1)
+                    if isinstance(data, PERMANENT) or attempt == RETRIES or not failed:
+                        self._fail(ranges[k], data, attempt + 1, final=attempt == RETRIES)
                     failed.append(k)
                     continue
                 start, end = ranges[k]
@@ -181,9 +188,13 @@ class RemoteReader:
             code=TRUNCATED,
         )
 
-    def _fail(self, rng: tuple[int, int], exc: BaseException, tries: int) -> None:
+    def _fail(
+        self, rng: tuple[int, int], exc: BaseException, tries: int, final: bool = True
+    ) -> None:
         """Raise for a range that could not be read: a FormatError if the object is no
-        longer the one opened (a shorter one makes the server refuse the range)."""
+        longer the one opened (a shorter one makes the server refuse the range), checked
+        at the first failure of a round so that no retries are spent on it; else, unless
+        ``final`` (or the error is permanent), return and let the range be retried."""
         try:
             now: dict | None = self.fs.info(self.path)
         except FileNotFoundError:
@@ -200,6 +211,8 @@ class RemoteReader:
             ) from exc
         if isinstance(exc, PERMANENT):
             raise type(exc)(f"{self.name}: {exc}") from exc
+        if not final:
+            return
         raise RemoteError(
             f"{self.name}: bytes {rng[0]}-{rng[1]} failed after {tries} tries: {exc!r}"
         ) from exc
@@ -248,6 +261,8 @@ class RemoteReader:
         records interleave) fetches ahead, doubling up to MAX_READAHEAD; otherwise a small
         read (an index entry, a tiny record) fetches its block, whose neighbours are likely
         next, and a larger one is fetched exactly."""
+        if self._pid != os.getpid():
+            self._forked()
         n = max(0, min(n, self.size - offset))
         if n == 0:
             return b""
@@ -292,6 +307,8 @@ class RemoteReader:
         fetched exactly (``whole_blocks``: as the blocks holding it, for ranges whose
         neighbours are read soon, such as index entries), ranges closer than MERGE_GAP
         coalesced into one request."""
+        if self._pid != os.getpid():
+            self._forked()
         spans = []
         for offset, n in ranges:
             n = max(0, min(n, self.size - offset))

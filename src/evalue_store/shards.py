@@ -34,6 +34,7 @@ import stat
 import tempfile
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Union
 
@@ -657,10 +658,22 @@ class ShardedDataset:
         out: list[Any] = [None] * len(idx)
         order = np.argsort(shard_of, kind="stable")
         groups = np.flatnonzero(np.diff(shard_of[order])) + 1
-        for positions in np.split(order, groups) if len(order) else []:
-            k = int(shard_of[positions[0]])
-            local = idx[positions] - self.offsets[k]
-            for p, record in zip(positions.tolist(), self.shard(k).get_many(local)):
+        parts = np.split(order, groups) if len(order) else []
+        keys = [int(shard_of[p[0]]) for p in parts]
+
+        def read(k: int, positions: np.ndarray, ds: Dataset | None = None) -> list[list]:
+            return (ds or self.shard(k)).get_many(idx[positions] - self.offsets[k])
+
+        if 1 < len(parts) <= self.max_open and remote.is_url(self.shards[0].path):
+            # Shards in object storage: their rounds of requests at the same time. Opening
+            # is not thread-safe (the open-shard table), reading distinct shards is.
+            opened = [self.shard(k) for k in keys]
+            with ThreadPoolExecutor(min(len(parts), 16)) as pool:
+                batches = list(pool.map(read, keys, parts, opened))
+        else:
+            batches = (read(k, positions) for k, positions in zip(keys, parts))
+        for positions, records in zip(parts, batches):
+            for p, record in zip(positions.tolist(), records):
                 out[p] = record
         return out
 
