@@ -121,6 +121,11 @@ def test_batch_is_one_round_of_concurrent_requests(s3, tmp_path):
     assert fetched <= index_bytes + 256 * (record_bytes + remote.MERGE_GAP)
     s3.log.clear()
     assert [int(r[0][0]) for r in ds.get_many(idx[:10])] == idx[:10].tolist()
+    fresh = evs.open(url, storage_options=s3.options)
+    s3.log.clear()
+    columns = fresh.get_batch(idx)  # a stacked batch: the same one round of requests
+    assert columns[0][:, 0].tolist() == idx.tolist() and columns[0].shape == (256, 8)
+    assert len(s3.log.gets()) <= 2 * 256 and s3.log.max_in_flight >= 8
 
 
 def test_records_iteration_verify_and_pickle_match_local(s3, tmp_path):
