@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
+import socket
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -196,6 +199,12 @@ def test_a_rerun_into_a_written_directory_is_refused(cluster, tmp_path):
     ray.data.from_arrow([block(100, 5)]).write_datasink(evr.EValueDatasink(out, overwrite=True))
     with evs.open_shards(out) as stored:
         assert [r[0] for r in stored] == list(range(100, 105))
+    empty = ray.data.from_arrow([block(0, 0)])
+    with pytest.raises(Exception, match="from an earlier write"):
+        empty.write_datasink(evr.EValueDatasink(out))  # no rows: still checked
+    empty.write_datasink(evr.EValueDatasink(tmp_path / "empty"))
+    with evs.open_shards(tmp_path / "empty" / "manifest.json") as stored:
+        assert len(stored) == 0
 
 
 def test_a_failing_write_task_leaves_no_manifest_and_no_shards(cluster, tmp_path):
@@ -209,15 +218,63 @@ def test_a_failing_write_task_leaves_no_manifest_and_no_shards(cluster, tmp_path
     assert sink.removed  # the driver found other tasks' shards and removed them
 
 
-def test_an_fsspec_target_gets_whole_shards_then_the_manifest(cluster, tmp_path):
-    out = tmp_path / "remote"
+def test_readme_ray_block_runs(cluster, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    code = re.search(r"### Packaging and reading with Ray Data.*?```python\n(.*?)```", readme, re.S)
+    scope: dict = {"__name__": "readme"}  # not importable: Ray ships its functions by value
+    exec(compile(code.group(1), "README.md", "exec"), scope)
+    assert scope["train"].fields == ("id", "pixels") and len(scope["train"]) == 1000
+    assert [s.records for s in scope["train"].shards] == [250] * 4
+    assert scope["batch"]["pixels"].shape[1:] == (8, 8)
+
+
+@pytest.fixture(scope="module")
+def s3():
+    """A real S3 API: moto's standalone server on a loopback port, with one bucket."""
+    moto_server = pytest.importorskip("moto.server", reason="moto[server] is not installed")
+    s3fs = pytest.importorskip("s3fs")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    options = {
+        "key": "testing",
+        "secret": "testing",
+        "endpoint_url": f"http://127.0.0.1:{port}",
+    }
+    fs = s3fs.S3FileSystem(**options)
+    fs.mkdir("bucket")
+    yield fs, options
+    server.stop()
+
+
+def test_packaging_into_a_bucket(cluster, s3, tmp_path):
+    """Shards go up whole, the manifest after them; a failed write leaves the bucket clean."""
+    fs, options = s3
     ds = ray.data.from_arrow([block(first) for first in range(0, 200, ROWS_PER_BLOCK)])
-    sink = evr.EValueDatasink(f"file://{out}", max_records=40, compression="zstd")
+    sink = evr.EValueDatasink(
+        "s3://bucket/train", max_records=40, compression="zstd", storage_options=options
+    )
     ds.write_datasink(sink, concurrency=2)
-    assert sink.manifest == f"{out}/manifest.json"
-    assert all(name.endswith((".evs.zst", ".json")) for name in os.listdir(out))
-    with evs.open_shards(out, validate=True) as stored:
+    fs.invalidate_cache()
+    names = sorted(p.rsplit("/", 1)[1] for p in fs.ls("bucket/train"))
+    assert names == sorted([os.path.basename(s.path) for s in sink.shards] + ["manifest.json"])
+    fs.get("bucket/train/", str(tmp_path / "train"), recursive=True)
+    with evs.open_shards(tmp_path / "train" / "manifest.json", validate=True) as stored:
         back = sorted(stored, key=lambda r: r[0])
     assert len(back) == 200
     for record, row in zip(back, expected(200)):
         check_record(record, row)
+
+    blocks = [block(first) for first in range(0, 400, ROWS_PER_BLOCK)]
+    blocks[5] = block(5 * ROWS_PER_BLOCK, bad_row=49)
+    failing = evr.EValueDatasink(
+        "s3://bucket/failed", max_records=30, min_rows_per_write=100, storage_options=options
+    )
+    with pytest.raises(Exception, match="column 'big'"):
+        ray.data.from_arrow(blocks).write_datasink(failing, concurrency=2)
+    fs.invalidate_cache()
+    assert not fs.exists("bucket/failed") or fs.ls("bucket/failed") == []
+    assert failing.removed

@@ -87,12 +87,16 @@ class _Target:
 
     def exists(self, name: str) -> bool:
         path = self.join(name)
-        return os.path.lexists(path) if self.fs is None else self.fs.exists(path)
+        if self.fs is None:
+            return os.path.lexists(path)
+        self.fs.invalidate_cache(self.root)  # other processes wrote since the last listing
+        return self.fs.exists(path)
 
     def names(self) -> list[str]:
         """The names in the directory (none if it does not exist)."""
         if self.fs is None:
             return os.listdir(self.root) if os.path.isdir(self.root) else []
+        self.fs.invalidate_cache(self.root)
         if not self.fs.isdir(self.root):
             return []
         return [p.rstrip("/").rsplit("/", 1)[-1] for p in self.fs.ls(self.root, detail=False)]
@@ -133,8 +137,9 @@ class EValueDatasink(Datasink):
     ``path`` is a local directory or an fsspec URL (``storage_options`` or ``filesystem``
     as for fsspec). ``max_records``/``max_bytes`` roll each task's shards like
     ``ShardWriter``; ``metadata`` goes into every shard; other keywords (``compression``,
-    ``alignment``...) go to each ``Writer``. ``min_rows_per_write`` makes Ray give each write
-    task at least that many rows (fewer, larger shards).
+    ``alignment``...) go to each ``Writer``. Ray gives each write task at least
+    ``min_rows_per_write`` rows (default ``max_records``) and, with ``max_bytes``, about that
+    many bytes, so that many small blocks do not make as many small shards.
 
     Writing into a directory that already holds a manifest or shards of this ``prefix``
     raises FileExistsError unless ``overwrite``, which removes them first: a rerun must not
@@ -184,7 +189,11 @@ class EValueDatasink(Datasink):
 
     @property
     def min_rows_per_write(self) -> int | None:
-        return self._min_rows
+        return self._min_rows if self._min_rows is not None else self.max_records
+
+    @property
+    def min_bytes_per_write(self) -> int | None:
+        return self.max_bytes
 
     def shard_name(self, task: int, n: int) -> str:
         return f"{self.prefix}-{task:05d}-{n:05d}{self.suffix}"
@@ -225,6 +234,8 @@ class EValueDatasink(Datasink):
 
     def on_write_complete(self, write_result: Any) -> None:
         """Driver, after every task: write the manifest, last."""
+        if not self._started:  # Ray skips on_write_start when there is no input at all
+            self.on_write_start()
         results = sorted(
             (r for r in write_result.write_returns if r and r["shards"]), key=lambda r: r["task"]
         )
