@@ -8,6 +8,7 @@ import importlib
 import os
 import re
 import socket
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -216,6 +217,36 @@ def test_a_failing_write_task_leaves_no_manifest_and_no_shards(cluster, tmp_path
         ray.data.from_arrow(blocks).write_datasink(sink, concurrency=2)
     assert os.listdir(out) == []  # no manifest, and no shard of any task
     assert sink.removed  # the driver found other tasks' shards and removed them
+
+
+class DiesOnce(evr.EValueDatasink):
+    """A sink whose write task 1 dies (its worker process exits) the first time, after it
+    wrote more shards than the retry will: a crash, as a killed worker is one."""
+
+    def __init__(self, path, marker, **options):
+        super().__init__(path, **options)
+        self.marker = marker
+
+    def write(self, blocks, ctx):
+        if ctx.task_idx != 1 or os.path.exists(self.marker):
+            return super().write(blocks, ctx)
+        open(self.marker, "w").close()
+        self.max_records = 7  # more, smaller shards than the retry writes
+        super().write(blocks, ctx)
+        os._exit(1)
+
+
+def test_a_write_task_whose_worker_dies_is_retried_cleanly(cluster, tmp_path):
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers need DiesOnce
+    out = tmp_path / "out"
+    blocks = [block(first) for first in range(0, 200, ROWS_PER_BLOCK)]
+    sink = DiesOnce(out, str(tmp_path / "died"), max_records=30)
+    ray.data.from_arrow(blocks).write_datasink(sink, concurrency=2)
+    assert os.path.exists(tmp_path / "died")  # the first attempt of task 1 did die
+    listed = sorted(os.path.basename(s.path) for s in sink.shards)
+    assert sorted(os.listdir(out)) == sorted(listed + ["manifest.json"])  # no stale shard
+    with evs.open_shards(out / "manifest.json", validate=True) as stored:
+        assert sorted(r[0] for r in stored) == list(range(200))
 
 
 def test_readme_ray_block_runs(cluster, tmp_path, monkeypatch):
