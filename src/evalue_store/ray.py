@@ -179,9 +179,8 @@ class EValueDatasink(Datasink):
         self.durable = durable
         self.writer_options = writer_options
         self._min_rows = min_rows_per_write
-        self._pattern = re.compile(
-            re.escape(prefix) + r"-[0-9]{5,}-[0-9]{5,}" + re.escape(self.suffix)
-        )
+        # this write's shard names, and an earlier one's with the other suffix
+        self._pattern = re.compile(re.escape(prefix) + r"-[0-9]{5,}-[0-9]{5,}\.evs(\.zst)?")
         self._started = False  # driver side: whether shards of this write may exist
         self.shards: list[ShardInfo] = []
         self.manifest: str | None = None
