@@ -98,6 +98,8 @@ def test_arrow_columns_map_to_evalue_kinds():
     assert isinstance(image, np.ndarray) and image.shape == (5, 2, 3)  # one array, no loop
     assert columns[4][0] is None and columns[4][1] == 0.5
     assert columns[6][2] == evs.ListInt([0, 1])
+    fixed = pa.table({"pair": pa.array([[1.5, 2.0]], pa.list_(pa.float32(), 2))})
+    assert block_columns(fixed)[1][0] == [evs.ListDouble([1.5, 2.0])]
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,7 @@ bool                                        Bool               bool
 string, large_string                        String (UTF-8)     string
 binary, large_binary                        String (bytes)     binary
 list<int*>, list<float*>, list<bool>        ListInt/ListDouble/list<int64>/list<double>/
-                                            ListBool           list<bool>
+(also large and fixed-size lists)           ListBool           list<bool>
 null (all values missing)                   None               null
 a missing value (null) in a scalar column   None               null in that column
 ==========================================  =================  ============================
@@ -79,7 +79,7 @@ def _column_values(name: str, column: Any) -> Sequence[Any]:
         return column.to_pylist()
     if pa.types.is_binary(kind) or pa.types.is_large_binary(kind):
         return column.to_pylist()
-    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
         return _list_values(name, column)
     raise EncodeError(
         f"column {name!r}: Arrow type {kind} has no EValue kind "
