@@ -191,6 +191,16 @@ def test_concurrent_write_tasks_round_trip(cluster, tmp_path):
     assert sorted(seen) == list(range(400))
 
 
+def test_shards_roll_at_max_bytes(cluster, tmp_path):
+    """As ShardWriter's: a shard ends at the first records that reach the byte limit."""
+    sink = evr.EValueDatasink(tmp_path / "out", max_bytes=20_000)
+    ray.data.from_arrow([block(0, 400)]).write_datasink(sink)
+    sizes = [s.nbytes for s in sink.shards]
+    assert len(sizes) > 3 and sum(s.records for s in sink.shards) == 400
+    assert all(20_000 <= size < 20_000 + 2_000 for size in sizes[:-1]), sizes
+    assert sizes[-1] < 20_000 + 2_000
+
+
 def test_a_rerun_into_a_written_directory_is_refused(cluster, tmp_path):
     out = tmp_path / "out"
     ds = ray.data.from_arrow([block(0, 10)])
