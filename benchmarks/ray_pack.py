@@ -5,9 +5,9 @@ Candidates, per workload (W1 and W2 of workloads.py, fewer records with --record
 
 * ``ShardWriter``: ``ShardWriter(pattern, max_records=...)`` fed the records as lists (the
   single-process baseline);
-* ``ShardWriter from Arrow``: the same, fed the Arrow blocks the Ray sink gets, converted as
-  each Ray write task converts them (``arrowmap.block_columns``): Ray's share of the cost
-  is the difference to the Ray rows;
+* ``EValueDatasink, no Ray``: the sink's own code in this process, one write task's
+  ``write`` fed all the Arrow blocks, then the manifest: Ray's share of the cost is the
+  difference to the Ray rows;
 * ``Ray Data, N write task(s)``: ``ds.write_datasink(EValueDatasink(...), concurrency=N)``
   on a local cluster of this machine's two cores (``ray.init(num_cpus=2)``), the dataset
   materialized in the object store before timing (reading the source is not
@@ -31,6 +31,7 @@ import statistics
 import sys
 import tempfile
 import time
+import types
 from pathlib import Path
 
 import numpy as np
@@ -38,7 +39,6 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import evalue_store as evs  # noqa: E402
 from benchmarks.workloads import WORKLOADS, Data  # noqa: E402
-from evalue_store.arrowmap import block_columns  # noqa: E402
 from evalue_store.shards import ShardWriter  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
@@ -62,12 +62,15 @@ def shardwriter(records: list, out: str, shard_records: int) -> None:
         w.extend(records)
 
 
-def shardwriter_from_arrow(blocks: list, out: str, shard_records: int) -> None:
-    with ShardWriter(os.path.join(out, "part-{:05d}.evs"), max_records=shard_records) as w:
-        for table in blocks:
-            _, columns = block_columns(table)
-            for i in range(table.num_rows):
-                w.append([column[i] for column in columns])
+def sink_without_ray(blocks: list, out: str, shard_records: int) -> None:
+    from ray.data.datasource.datasink import WriteResult
+
+    from evalue_store.ray import EValueDatasink
+
+    sink = EValueDatasink(out, max_records=shard_records)
+    sink.on_write_start()
+    written = sink.write(blocks, types.SimpleNamespace(task_idx=0))
+    sink.on_write_complete(WriteResult(sum(b.num_rows for b in blocks), 0, [written]))
 
 
 def ray_write(ds, out: str, shard_records: int, tasks: int) -> None:
@@ -84,9 +87,7 @@ def measure(name: str, data: Data, args: argparse.Namespace, work: str) -> dict:
     ds = ray.data.from_arrow(blocks).materialize()
     candidates = {
         "ShardWriter": lambda out: shardwriter(records, out, args.shard_records),
-        "ShardWriter from Arrow": lambda out: shardwriter_from_arrow(
-            blocks, out, args.shard_records
-        ),
+        "EValueDatasink, no Ray": lambda out: sink_without_ray(blocks, out, args.shard_records),
         "Ray Data, 1 write task": lambda out: ray_write(ds, out, args.shard_records, 1),
         "Ray Data, 2 write tasks": lambda out: ray_write(ds, out, args.shard_records, 2),
     }
