@@ -98,6 +98,9 @@ def test_arrow_columns_map_to_evalue_kinds():
     assert isinstance(image, np.ndarray) and image.shape == (5, 2, 3)  # one array, no loop
     assert columns[4][0] is None and columns[4][1] == 0.5
     assert columns[6][2] == evs.ListInt([0, 1])
+    chunked = block_columns(pa.concat_tables([block(0, 3), block(3, 2)]))[1]  # two chunks
+    assert np.array_equal(chunked[1], image) and len(chunked[2]) == 5
+    assert all(np.array_equal(a, b) for a, b in zip(chunked[2], columns[2]))
     fixed = pa.table({"pair": pa.array([[1.5, 2.0]], pa.list_(pa.float32(), 2))})
     assert block_columns(fixed)[1][0] == [evs.ListDouble([1.5, 2.0])]
 

@@ -101,16 +101,28 @@ def _is_tensor_type(kind: Any) -> bool:
 
 def _tensor_rows(column: Any) -> Any:
     """A fixed-shape tensor column as one [rows, ...] array, a variable-shaped one as a list
-    of arrays (zero-copy where Arrow allows it)."""
+    of arrays: views of Arrow's buffers when the column is one chunk (combining chunks
+    would copy every tensor once more)."""
     import pyarrow as pa
 
-    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+    parts = [_chunk_rows(chunk) for chunk in chunks if len(chunk)]
+    if not parts:
+        return []
+    if len(parts) == 1:
+        return parts[0]
+    if all(isinstance(part, np.ndarray) for part in parts):
+        return np.concatenate(parts)
+    return [row for part in parts for row in part]
+
+
+def _chunk_rows(array: Any) -> Any:
+    import pyarrow as pa
+
     if isinstance(array.type, pa.FixedShapeTensorType):
         return array.to_numpy_ndarray()
-    values = array.to_numpy(zero_copy_only=False)
-    if values.dtype == object:  # variable-shaped: one array per row
-        return list(values)
-    return values
+    values = array.to_numpy(zero_copy_only=False)  # Ray's tensor arrays: a view if they can
+    return list(values) if values.dtype == object else values  # object: variable-shaped
 
 
 def _list_values(name: str, column: Any) -> list[Any]:
