@@ -24,7 +24,7 @@ import ray.data  # noqa: E402
 from ray.data.block import BlockAccessor  # noqa: E402
 
 import evalue_store.ray as evr  # noqa: E402
-from evalue_store.arrowmap import block_columns, records_to_batch  # noqa: E402
+from evalue_store.arrowmap import block_columns, ray_batch  # noqa: E402
 
 ROWS_PER_BLOCK = 50
 
@@ -121,14 +121,14 @@ def test_unmapped_columns_are_refused_by_name(column, problem):
 
 
 def test_lists_of_tensors_have_no_ray_column():
-    records = [[[np.zeros(2), None]], [[np.ones(2)]]]
+    batch = {"pair": [[np.zeros(2), None], [np.ones(2)]]}
     with pytest.raises(Error, match="field 'pair' holds lists of tensors"):
-        records_to_batch(records, ["pair"], [0])
+        ray_batch(batch, ["pair"], [0])
 
 
 def test_bfloat16_tensors_read_as_float32():
     raw = evs.float32_to_bfloat16(np.array([1.5, -2.0], np.float32))
-    batch = records_to_batch([[raw], [raw]], ["w"], [0])
+    batch = ray_batch([np.stack([raw, raw])], ["w"], [0])
     assert batch["w"].dtype == np.float32 and batch["w"].tolist() == [[1.5, -2.0]] * 2
 
 

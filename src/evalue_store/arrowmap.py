@@ -49,8 +49,9 @@ from .values import INT64_MAX, ListBool, ListDouble, ListInt
 def block_columns(table: Any) -> tuple[tuple[str, ...], list[Sequence[Any]]]:
     """(field names, one sequence of record values per column) for an Arrow table.
 
-    Tensor columns come back as one array [rows, ...] (row i is the record's Tensor, a
-    view); the others as Python lists. Raises EncodeError naming a column it cannot map.
+    Columns as ``Writer.extend_columns`` takes them: a fixed-shape tensor column as one
+    array [rows, ...], an int / float / bool column without missing values as a 1-D array,
+    the others as Python lists. Raises EncodeError naming a column it cannot map.
     """
     names = tuple(str(name) for name in table.column_names)
     columns = [_column_values(name, table.column(k)) for k, name in enumerate(names)]
@@ -74,7 +75,8 @@ def _column_values(name: str, column: Any) -> Sequence[Any]:
         if top is not None and top > INT64_MAX:
             raise EncodeError(f"column {name!r}: uint64 value {top} does not fit in Int (int64)")
     if pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind):
-        return column.to_pylist()
+        # one array (Int / Double / Bool per row) unless values are missing (None)
+        return column.to_pylist() if column.null_count else column.to_numpy()
     if pa.types.is_string(kind) or pa.types.is_large_string(kind):
         return column.to_pylist()
     if pa.types.is_binary(kind) or pa.types.is_large_binary(kind):
@@ -150,15 +152,19 @@ def _list_values(name: str, column: Any) -> list[Any]:
 # --------------------------------------------------------------------------- values -> Arrow
 
 
-def records_to_batch(
-    records: Sequence[Sequence[Any]], names: Sequence[str], positions: Sequence[int]
+def ray_batch(
+    batch: dict | list, names: Sequence[str], positions: Sequence[int]
 ) -> dict[str, np.ndarray]:
-    """Records (value lists) as a batch of columns ``names`` taken from value ``positions``:
-    what ``ray.data.block.BlockAccessor.batch_to_block`` turns into an Arrow block."""
-    return {
-        name: _batch_column(name, [record[p] for record in records])
-        for name, p in zip(names, positions)
-    }
+    """A batch as ``get_batch`` returns it (by field name or by position) as the columns
+    ``names`` (at ``positions``): what ``BlockAccessor.batch_to_block`` makes a block of."""
+    out = {}
+    for name, p in zip(names, positions):
+        values = batch[name] if isinstance(batch, dict) else batch[p]
+        if isinstance(values, np.ndarray):  # stacked tensors, or Int / Double / Bool
+            out[name] = bfloat16_to_float32(values) if values.dtype == BFLOAT16 else values
+        else:
+            out[name] = _batch_column(name, values)
+    return out
 
 
 def _batch_column(name: str, values: list[Any]) -> np.ndarray:

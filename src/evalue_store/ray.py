@@ -36,10 +36,12 @@ import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
+import numpy as np
 from ray.data import Datasink, Datasource, ReadTask, read_datasource
 from ray.data.block import BlockAccessor, BlockMetadata
 
-from .arrowmap import block_columns, records_to_batch
+from .arrowmap import block_columns, ray_batch
+from .container import ENTRY_SIZE
 from .errors import EncodeError
 from .fields import FIELDS_KEY
 from .shards import (
@@ -343,9 +345,30 @@ class _TaskShards:
 
 
 def append_rows(shards: _TaskShards, columns: Sequence[Sequence[Any]], count: int) -> None:
-    """A block's rows as records: the one place a block becomes records."""
-    for i in range(count):
-        shards.room().append([column[i] for column in columns])
+    """A block's rows as records, as many at a time as fit the current shard: whole column
+    slices go to ``Writer.extend_columns``, which encodes same-layout rows in one go."""
+    assert shards.fields is not None
+    done = 0
+    while done < count:
+        writer = shards.room()
+        take = rows_that_fit(writer, shards.sink.max_records, shards.sink.max_bytes, count - done)
+        writer.extend_columns(
+            {name: column[done : done + take] for name, column in zip(shards.fields, columns)}
+        )
+        done += take
+
+
+def rows_that_fit(writer: Writer, max_records: int | None, max_bytes: int | None, rows: int) -> int:
+    """How many of ``rows`` more records go into the writer's shard before it reaches a limit
+    (at least one): by the bytes per record it holds so far, one if it holds none yet. As
+    with ShardWriter the byte limit is soft: the shard ends after the rows that reach it."""
+    n = len(writer)
+    if max_records is not None:
+        rows = min(rows, max_records - n)
+    if max_bytes is not None:
+        per_record = (writer.tell() + ENTRY_SIZE * n) / n if n else max_bytes
+        rows = min(rows, -(-(max_bytes - writer.tell() - ENTRY_SIZE * n) // per_record))
+    return max(1, int(rows))
 
 
 # ----------------------------------------------------------------------------- reading
@@ -389,8 +412,8 @@ def _read_ranges(
         for k, start, stop in plan:
             shard = dataset.shard(k)
             for first in range(start, stop, rows_per_block):
-                records = shard[first : min(first + rows_per_block, stop)]
-                yield BlockAccessor.batch_to_block(records_to_batch(records, names, positions))
+                batch = shard.get_batch(np.arange(first, min(first + rows_per_block, stop)))
+                yield BlockAccessor.batch_to_block(ray_batch(batch, names, positions))
     finally:
         dataset.close()
 
