@@ -254,6 +254,16 @@ def _default_manifest(pattern: str) -> str:
     return os.path.join(directory, prefix + MANIFEST_SUFFIX if prefix else DIRECTORY_MANIFEST)
 
 
+def shard_full(writer: Writer, max_records: int | None, max_bytes: int | None) -> bool:
+    """Whether a shard being written has reached a limit, so the next record starts a new one."""
+    n = len(writer)
+    if max_records is not None and n >= max_records:
+        return True
+    # tell() is the logical end, buffer included; each record adds an index entry at commit.
+    size = writer.tell() + ENTRY_SIZE * n
+    return max_bytes is not None and size >= max_bytes
+
+
 class ShardWriter:
     """Writes records across shard files named ``pattern.format(n)`` for n = 0, 1, ...
 
@@ -353,12 +363,7 @@ class ShardWriter:
         self._fields = Fields(self._writer.fields, self._writer.fields is None and self._count > 0)
 
     def _full(self, writer: Writer) -> bool:
-        n = len(writer)
-        if self.max_records is not None and n >= self.max_records:
-            return True
-        # tell() is the logical end, buffer included; each record adds an index entry at commit.
-        size = writer.tell() + ENTRY_SIZE * n
-        return self.max_bytes is not None and size >= self.max_bytes
+        return shard_full(writer, self.max_records, self.max_bytes)
 
     @property
     def fields(self) -> tuple[str, ...] | None:
