@@ -288,11 +288,16 @@ def test_records_must_agree_on_layout(programs, tmp_path):
 
 def test_per_batch_check_names_the_record(programs, tmp_path):
     records = xor_examples(12)
+    records[6][0] = records[6][0].astype(np.float64)
     records[9][1] = "nine"
     path = pack(tmp_path / "late.evs", records)
     binding = Binding(path, programs["static"], check="first")  # only record 0 checked now
     with pytest.raises(InputMismatchError) as info:
         list(binding.batches())
+    assert (info.value.record, info.value.field) == (6, "field 0")
+    assert "float64" in info.value.found
+    with pytest.raises(InputMismatchError) as info:
+        list(binding.batches(start=2))  # records 8..11
     assert (info.value.record, info.value.field, info.value.found) == (9, "field 1", "a Python str")
     sample = [torch.zeros(2, dtype=torch.float64), 1]
     with pytest.raises(InputMismatchError, match="sample 0 of the batch"):

@@ -11,6 +11,7 @@ examples) or a Python bool/int/float (converted to the input's dtype).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +22,7 @@ import torch
 
 from ..dtypes import BFLOAT16
 from ..errors import InputMismatchError
-from ..reader import Dataset
+from ..reader import Dataset, open_dataset
 from ..shards import ShardedDataset, open_shards
 from ..torch import as_torch
 from .program import InputSpec, MethodInputs, Program, read_method_inputs
@@ -115,6 +116,14 @@ class Field:
         return None
 
 
+def _open(data: Data) -> Dataset | ShardedDataset:
+    if isinstance(data, (Dataset, ShardedDataset)):
+        return data
+    if isinstance(data, (str, Path)) and os.path.isfile(data) and not str(data).endswith(".json"):
+        return open_dataset(data)  # one file: no shard layer in between
+    return open_shards(data)
+
+
 class Binding:
     """Records of ``data`` (a Dataset, ShardedDataset or any ``open_shards`` source) bound
     to ``method`` of ``program`` (a .pte path or its bytes).
@@ -141,7 +150,7 @@ class Binding:
         last: str | None = None,
         check: str = "all",
     ):
-        self.dataset = data if isinstance(data, (Dataset, ShardedDataset)) else open_shards(data)
+        self.dataset = _open(data)
         self.inputs: MethodInputs = read_method_inputs(program, method)
         self.method = method
         self.fields = self._fields(fields)
@@ -291,7 +300,9 @@ class Binding:
         return np.empty((rows, *layout.shape), field.spec.dtype)
 
     def _gather(self, indices: np.ndarray, out: list[np.ndarray]) -> list[torch.Tensor]:
-        """Read records ``indices`` into rows of ``out`` (one array per field), checked."""
+        """Read records ``indices`` into rows of ``out`` (one array per field), checked:
+        stacking refuses another shape or dtype than the layout's, scalars are checked for
+        kind and range; a batch that fails is then searched for the record to blame."""
         records = self.dataset.get_many(indices)
         if records and isinstance(records[0], dict):
             records = [list(r.values()) for r in records]
@@ -299,29 +310,19 @@ class Binding:
         tensors = []
         for field, layout, buf in zip(self.fields, self.layouts, out):
             column = [r[field.position] if field.position < len(r) else None for r in records]
-            if not self._fits(column, field, layout):
-                self._locate(indices, records)
-            if n == 1 and not layout.scalar and column[0].flags.c_contiguous:
+            if n == 1 and not layout.scalar and _is_array(column[0], layout, field):
                 tensors.append(_tensor(as_torch(column[0].reshape(buf.shape))))
-                continue
-            if layout.scalar:
-                buf[:n] = column
-            elif layout.lead:
-                np.concatenate(column, out=buf[:n])
-            else:
-                np.stack(column, out=buf[:n])
+                continue  # one record: its own tensor, without a copy for big ones
+            try:
+                if layout.scalar:
+                    _fill_scalars(buf[:n], column)
+                else:  # rows of [1, *shape] (lead) or [*shape]
+                    rows = buf[:n].reshape(n, 1, *layout.shape) if layout.lead else buf[:n]
+                    np.stack(column, out=rows, casting="no")
+            except (ValueError, TypeError, OverflowError):
+                self._locate(indices, records)
             tensors.append(_tensor(buf))
         return tensors
-
-    @staticmethod
-    def _fits(column: list, field: Field, layout: Layout) -> bool:
-        """The per-batch check: the layout the up-front check found, in every record."""
-        if layout.scalar:
-            dtype = field.spec.dtype
-            return all(type(v) in (bool, int, float) and _scalar_fits(v, dtype) for v in column)
-        shape = (1, *layout.shape) if layout.lead else layout.shape
-        dtype = field.spec.dtype
-        return all(type(v) is np.ndarray and v.dtype == dtype and v.shape == shape for v in column)
 
     def _locate(self, indices: np.ndarray, records: list) -> None:
         for i, record in zip(indices.tolist(), records):
@@ -348,6 +349,34 @@ class Binding:
             else:
                 result.append(torch.cat(column) if layout.lead else torch.stack(column))
         return result
+
+
+def _is_array(value: Any, layout: Layout, field: Field) -> bool:
+    shape = (1, *layout.shape) if layout.lead else layout.shape
+    return (
+        isinstance(value, np.ndarray)
+        and value.dtype == field.spec.dtype
+        and value.shape == shape
+        and value.flags.c_contiguous
+    )
+
+
+_SCALAR_TYPES = {"b": {bool}, "i": {bool, int}, "u": {bool, int}, "f": {bool, int, float}}
+
+
+def _fill_scalars(out: np.ndarray, column: Sequence[Any]) -> None:
+    """Python bools/ints/floats into ``out`` of the input's dtype; TypeError for another
+    kind, OverflowError for an integer out of the dtype's range."""
+    if not set(map(type, column)) <= _SCALAR_TYPES.get(out.dtype.kind, set()):
+        raise TypeError("not numbers of the input's kind")
+    values = np.asarray(column)
+    if values.dtype.kind not in "biuf":
+        raise OverflowError("integers out of int64 range")
+    if out.dtype.kind in "iu" and values.dtype != out.dtype and len(values):
+        info = np.iinfo(out.dtype)
+        if values.min() < info.min or values.max() > info.max:
+            raise OverflowError(f"integers out of {out.dtype} range")
+    np.copyto(out, values, casting="unsafe")
 
 
 def _tensor(array: Any) -> torch.Tensor:
