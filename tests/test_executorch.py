@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -302,3 +305,23 @@ def test_per_batch_check_names_the_record(programs, tmp_path):
     sample = [torch.zeros(2, dtype=torch.float64), 1]
     with pytest.raises(InputMismatchError, match="sample 0 of the batch"):
         binding.collate([sample])
+
+
+# --------------------------------------------------------------------------- README
+
+
+def test_readme_block_runs(tmp_path, monkeypatch):
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme[readme.index("## Training on device with ExecuTorch") :]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    assert "pip install 'evalue_store[executorch]'" in section.split("```python")[0]
+    monkeypatch.chdir(tmp_path)
+    export_xor("xor.pte", batch=4)
+    scope = {"examples": xor_examples(64, leading_one=True)}
+    exec(compile(code, "README", "exec"), scope)
+    assert falls(scope["losses"]) and scope["state"]["epoch"] == 20
+    records = xor_examples(12)
+    records[7][0] = records[7][0].astype(np.float64)
+    with pytest.raises(InputMismatchError) as info:
+        bind(pack(tmp_path / "bad.evs", records), "xor.pte")
+    assert str(info.value) in " ".join(section.split())  # the message quoted in the README
