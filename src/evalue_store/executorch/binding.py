@@ -29,6 +29,8 @@ from .program import InputSpec, MethodInputs, Program, read_method_inputs
 
 Data = Union[Dataset, ShardedDataset, str, Path, Sequence[Union[str, Path]]]
 LAST = ("drop", "keep", "wrap", "zeros")
+CHECK_RECORDS = 4096  # records per read of the up-front check, at most
+CHECK_BYTES = 16 << 20  # and at most this many bytes of batch buffers
 
 
 class Batch(NamedTuple):
@@ -160,8 +162,9 @@ class Binding:
             raise ValueError(f"check must be 'all' or 'first', not {check!r}")
         if len(self.dataset) == 0:
             raise ValueError("the dataset holds no records")
-        self.layouts = self._check(check == "all")
         self._buffers: dict[int, list[np.ndarray]] = {}
+        self.layouts = self._check(check == "all")
+        self._buffers.clear()
 
     # ----------------------------------------------------------------- binding
     def _fields(self, chosen: Sequence[str | int] | None) -> list[Field]:
@@ -219,15 +222,15 @@ class Binding:
             found = f"{len(record)} values where {self.method!r} takes {inputs} inputs"
             raise InputMismatchError(i, self._name(inputs), "no such input", found)
         for field, layout in zip(self.fields, layouts):
-            expected = field.expected(self.method)
             if field.position >= len(record):
                 found = f"a record of {len(record)} values"
-                raise InputMismatchError(i, field.name, expected, found)
+                raise InputMismatchError(i, field.name, field.expected(self.method), found)
             value = record[field.position]
             got = field.layout_of(value)
             if got is None:
-                raise InputMismatchError(i, field.name, expected, _found(value))
+                raise InputMismatchError(i, field.name, field.expected(self.method), _found(value))
             if layout is not None and got != layout:
+                expected = field.expected(self.method)
                 like = "a Python number" if layout.scalar else f"shape {layout.shape}"
                 if layout.lead:
                     like += " after the leading 1"
@@ -236,15 +239,23 @@ class Binding:
                 )
 
     def _check(self, every: bool) -> list[Layout]:
-        """Check the first record (it fixes each field's layout), then with ``every`` all."""
+        """Check the first record (it fixes each field's layout), then with ``every`` all
+        the others, read in chunks through the batch path and its per-batch check."""
         first = self.dataset[0]
         self._record_error(0, first, [None] * len(self.fields))
         values = list(first.values()) if isinstance(first, dict) else first
-        layouts = [f.layout_of(values[f.position]) for f in self.fields]
+        self.layouts = [f.layout_of(values[f.position]) for f in self.fields]
         if every:
-            for i, record in enumerate(self.dataset):
-                self._record_error(i, record, layouts)
-        return layouts
+            row = sum(f.spec.dtype.itemsize * int(np.prod(lay.shape)) for f, lay in self._pairs())
+            chunk = max(1, min(CHECK_RECORDS, CHECK_BYTES // max(row, 1)))
+            n = len(self.dataset)
+            for begin in range(0, n, chunk):
+                indices = np.arange(begin, min(n, begin + chunk))
+                self._gather(indices, self._buffers_for(len(indices), True))
+        return self.layouts
+
+    def _pairs(self) -> zip:
+        return zip(self.fields, self.layouts)
 
     # ------------------------------------------------------------------- batches
     def __len__(self) -> int:
@@ -285,19 +296,20 @@ class Binding:
         return self._read(indices, len(indices), False)
 
     def _read(self, indices: np.ndarray, rows: int, reuse: bool) -> list[torch.Tensor]:
-        buffers = self._buffers.get(rows) if reuse else None
-        if buffers is None:
-            buffers = [self._empty(rows, f, lay) for f, lay in zip(self.fields, self.layouts)]
-            if reuse:
-                self._buffers[rows] = buffers
+        buffers = self._buffers_for(rows, reuse)
         if rows > len(indices):
             for b in buffers:
                 b[len(indices) :] = 0
         return self._gather(indices, buffers)
 
-    @staticmethod
-    def _empty(rows: int, field: Field, layout: Layout) -> np.ndarray:
-        return np.empty((rows, *layout.shape), field.spec.dtype)
+    def _buffers_for(self, rows: int, reuse: bool) -> list[np.ndarray]:
+        """Fresh [rows, ...] arrays, one per field; with ``reuse`` those of the last call."""
+        buffers = self._buffers.get(rows) if reuse else None
+        if buffers is None:
+            buffers = [np.empty((rows, *lay.shape), f.spec.dtype) for f, lay in self._pairs()]
+            if reuse:
+                self._buffers[rows] = buffers
+        return buffers
 
     def _gather(self, indices: np.ndarray, out: list[np.ndarray]) -> list[torch.Tensor]:
         """Read records ``indices`` into rows of ``out`` (one array per field), checked:
@@ -307,6 +319,8 @@ class Binding:
         if records and isinstance(records[0], dict):
             records = [list(r.values()) for r in records]
         n = len(records)
+        if self._every_value and any(len(r) != len(self.fields) for r in records):
+            self._locate(indices, records)
         tensors = []
         for field, layout, buf in zip(self.fields, self.layouts, out):
             column = [r[field.position] if field.position < len(r) else None for r in records]
