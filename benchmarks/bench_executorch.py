@@ -12,11 +12,11 @@ shuffled epoch order. Feeds, interleaved per repeat so that a busy machine slows
 * ``memory-list``: a Python list of the records, each batch stacked with numpy (what a
   hand-written loop over in-memory records does).
 
-Reported: median steps/s over ``--repeats`` runs of ``--steps`` steps, the container's ratio
-to ``memory``, and the container's feed alone (batches/s without training). Results go to
-benchmarks/results/executorch.json and .md.
+Reported: median steps/s over ``--repeats`` runs of ``--seconds`` (at most ``--steps``
+steps) each, the container's ratio to ``memory``, and the container's feed alone (batches/s
+without training). Results go to benchmarks/results/executorch.json and .md.
 
-Usage: PYTHONPATH=.:src python benchmarks/bench_executorch.py [--steps S] [--repeats R]
+Usage: PYTHONPATH=.:src python benchmarks/bench_executorch.py [--seconds S] [--repeats R]
 """
 
 from __future__ import annotations
@@ -76,13 +76,15 @@ def cycle_orders(n: int, seed: int = 0):
         epoch += 1
 
 
-def timed(batches, step, steps: int) -> float:
-    """Steps/s over ``steps`` steps (after one warm-up step)."""
+def timed(batches, step, seconds: float, max_steps: int) -> tuple[float, int]:
+    """(steps/s, steps) over ``seconds`` or ``max_steps`` steps, whichever ends first, after
+    one warm-up step."""
     step(next(batches))
-    start = time.perf_counter()
-    for _ in range(steps):
+    steps, start = 0, time.perf_counter()
+    while steps < max_steps and (steps < 3 or time.perf_counter() - start < seconds):
         step(next(batches))
-    return steps / (time.perf_counter() - start)
+        steps += 1
+    return steps / (time.perf_counter() - start), steps
 
 
 def feeds(binding, data: list[list], tensors: list[torch.Tensor], batch: int, n: int):
@@ -108,7 +110,7 @@ def feeds(binding, data: list[list], tensors: list[torch.Tensor], batch: int, n:
     return {"container": container, "memory": memory, "memory-list": memory_list}
 
 
-def run_case(model: str, batch: int, n: int, steps: int, repeats: int, work: str) -> dict:
+def run_case(model: str, batch: int, n: int, args: argparse.Namespace, work: str) -> dict:
     program = str(export_model(os.path.join(work, f"{model}{batch}.pte"), model, batch=batch))
     data = records(model, n)
     path = os.path.join(work, f"{model}.evs")
@@ -124,14 +126,17 @@ def run_case(model: str, batch: int, n: int, steps: int, repeats: int, work: str
     makers = feeds(binding, data, tensors, batch, n)
     rates: dict[str, list[float]] = {name: [] for name in makers}
     feed_only: list[float] = []
-    for _ in range(repeats):
+    counts = []
+    for _ in range(args.repeats):
         for name, make in makers.items():
-            rates[name].append(timed(make(), step, steps))
-        feed_only.append(timed(makers["container"](), lambda inputs: None, steps))
+            rate, steps = timed(make(), step, args.seconds, args.steps)
+            rates[name].append(rate)
+            counts.append(steps)
+        feed_only.append(timed(makers["container"](), lambda inputs: None, 1.0, args.steps)[0])
     result = {name: statistics.median(r) for name, r in rates.items()}
     result["container_feed_only"] = statistics.median(feed_only)
     result["ratio"] = result["container"] / result["memory"]
-    return {"model": model, "batch": batch, "records": n, "steps": steps, **result}
+    return {"model": model, "batch": batch, "records": n, "min_steps": min(counts), **result}
 
 
 def markdown(rows: list[dict], meta: dict) -> str:
@@ -139,7 +144,8 @@ def markdown(rows: list[dict], meta: dict) -> str:
         "# ExecuTorch training: steps/s fed from a container vs from memory",
         "",
         f"{meta['machine']}; executorch {meta['executorch']}, torch {meta['torch']}; "
-        f"median of {meta['repeats']} runs of {rows[0]['steps']} steps each.",
+        f"median of {meta['repeats']} runs of up to {meta['seconds']} s each "
+        f"(at least {min(r['min_steps'] for r in rows)} steps). {meta['note']}",
         "",
         "| model | batch | container | memory (tensors) | memory (list) | container / memory "
         "| container feed alone (batches/s) |",
@@ -155,11 +161,12 @@ def markdown(rows: list[dict], meta: dict) -> str:
 
 def main(argv: Any = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--seconds", type=float, default=2.0, help="per measurement")
+    parser.add_argument("--steps", type=int, default=2000, help="at most, per measurement")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--note", default="", help="a line about the machine's load")
     parser.add_argument("--out", default=RESULTS)
     args = parser.parse_args(argv)
-    import executorch  # noqa: F401  (version below)
     from importlib.metadata import version
 
     meta = {
@@ -167,12 +174,14 @@ def main(argv: Any = None) -> None:
         "executorch": version("executorch"),
         "torch": torch.__version__,
         "repeats": args.repeats,
+        "seconds": args.seconds,
+        "note": args.note,
     }
     rows = []
     with tempfile.TemporaryDirectory() as work:
         for model, n in (("xor", 8192), ("mlp", 4096)):
             for batch in (32, 256):
-                rows.append(run_case(model, batch, n, args.steps, args.repeats, work))
+                rows.append(run_case(model, batch, n, args, work))
                 print(json.dumps(rows[-1]), flush=True)
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "executorch.json"), "w") as f:
