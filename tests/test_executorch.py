@@ -211,6 +211,12 @@ def test_named_fields_chosen_by_name(programs, tmp_path):
     assert y.tolist() == [r["label"] for r in records[:4]]
 
 
+def test_python_bools_become_the_inputs_dtype(programs, tmp_path):
+    records = [[r[0], bool(r[1])] for r in xor_examples(8)]
+    x, y = bind(pack(tmp_path / "bools.evs", records), programs["static"]).read([0, 1, 2, 3])
+    assert y.dtype == torch.int64 and y.tolist() == [int(r[1]) for r in records[:4]]
+
+
 # ------------------------------------------------------------------------ mismatches
 
 
