@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from ..dtypes import BFLOAT16
-from ..errors import InputMismatchError
+from ..errors import FormatError, InputMismatchError
 from ..reader import Dataset, open_dataset
 from ..shards import ShardedDataset, open_shards
 from ..torch import as_torch
@@ -29,8 +29,8 @@ from .program import InputSpec, MethodInputs, Program, read_method_inputs
 
 Data = Union[Dataset, ShardedDataset, str, Path, Sequence[Union[str, Path]]]
 LAST = ("drop", "keep", "wrap", "zeros")
-CHECK_RECORDS = 4096  # records per read of the up-front check, at most
-CHECK_BYTES = 16 << 20  # and at most this many bytes of batch buffers
+READ_RECORDS = 4096  # records per read (of batches, and of the up-front check), at most
+READ_BYTES = 4 << 20  # and at most this many bytes of buffers
 
 
 class Batch(NamedTuple):
@@ -126,6 +126,31 @@ def _open(data: Data) -> Dataset | ShardedDataset:
     return open_shards(data)
 
 
+class Rows:
+    """The buffers of batches of ``rows`` rows: one array per field, its torch view, and
+    the batch read's targets for the tensor fields (rows of [1, *shape] where records carry
+    the leading 1), made once so that a reused buffer costs nothing per batch."""
+
+    def __init__(self, rows: int, fields: Sequence[Field], layouts: Sequence[Layout]):
+        pairs = list(zip(fields, layouts))
+        self.arrays = [np.empty((rows, *lay.shape), f.spec.dtype) for f, lay in pairs]
+        self.tensors = [_tensor(a) for a in self.arrays]
+        self._pairs = pairs
+        self._full = self._targets(rows)
+
+    def _targets(self, n: int) -> dict[int, np.ndarray]:
+        targets = {}
+        for (field, layout), array in zip(self._pairs, self.arrays):
+            if not layout.scalar:
+                rows = array[:n]
+                targets[field.position] = rows.reshape(n, 1, *layout.shape) if layout.lead else rows
+        return targets
+
+    def targets(self, n: int) -> dict[int, np.ndarray]:
+        """Targets for the first ``n`` rows."""
+        return self._full if n == len(self.arrays[0]) else self._targets(n)
+
+
 class Binding:
     """Records of ``data`` (a Dataset, ShardedDataset or any ``open_shards`` source) bound
     to ``method`` of ``program`` (a .pte path or its bytes).
@@ -162,7 +187,7 @@ class Binding:
             raise ValueError(f"check must be 'all' or 'first', not {check!r}")
         if len(self.dataset) == 0:
             raise ValueError("the dataset holds no records")
-        self._buffers: dict[int, list[np.ndarray]] = {}
+        self._buffers: dict[int, Rows] = {}
         self.layouts = self._check(check == "all")
         self._buffers.clear()
 
@@ -245,17 +270,15 @@ class Binding:
         self._record_error(0, first, [None] * len(self.fields))
         values = list(first.values()) if isinstance(first, dict) else first
         self.layouts = [f.layout_of(values[f.position]) for f in self.fields]
+        pairs = zip(self.fields, self.layouts)
+        row = sum(f.spec.dtype.itemsize * int(np.prod(lay.shape)) for f, lay in pairs)
+        self._read_rows = max(1, min(READ_RECORDS, READ_BYTES // max(row, 1)))
         if every:
-            row = sum(f.spec.dtype.itemsize * int(np.prod(lay.shape)) for f, lay in self._pairs())
-            chunk = max(1, min(CHECK_RECORDS, CHECK_BYTES // max(row, 1)))
             n = len(self.dataset)
-            for begin in range(0, n, chunk):
-                indices = np.arange(begin, min(n, begin + chunk))
+            for begin in range(0, n, self._read_rows):
+                indices = np.arange(begin, min(n, begin + self._read_rows))
                 self._gather(indices, self._buffers_for(len(indices), True))
         return self.layouts
-
-    def _pairs(self) -> zip:
-        return zip(self.fields, self.layouts)
 
     # ------------------------------------------------------------------- batches
     def __len__(self) -> int:
@@ -275,20 +298,31 @@ class Binding:
     ) -> Iterator[Batch]:
         """Batches over ``order`` (record indices, default file order), from batch ``start``.
 
-        With ``reuse`` each batch's tensors are overwritten by the next batch of the same
-        size (no allocation per step: for a loop that is done with a batch after its step).
+        Records are read ahead several batches at a time (up to ``READ_RECORDS`` records or
+        ``READ_BYTES`` bytes per read), and batches are views of what was read: a read's
+        fixed cost is paid once for many small batches. With ``reuse`` the next read
+        overwrites them (no allocation per step: for a loop done with a batch after its
+        step); otherwise every read has buffers of its own.
         """
         order = np.arange(len(self.dataset)) if order is None else np.asarray(order, np.int64)
         size = self.batch_size
-        for begin in range(start * size, len(order), size):
-            indices = order[begin : begin + size]
-            valid = len(indices)
-            if valid < size and self.last == "drop":
-                return
-            if valid < size and self.last == "wrap":
-                indices = np.concatenate([indices, np.resize(order, size - valid)])
+        todo = order[start * size :]
+        full = len(todo) // size
+        per_read = max(1, self._read_rows // size)
+        for first in range(0, full, per_read):
+            count = min(per_read, full - first)
+            indices = todo[first * size : (first + count) * size]
+            tensors = self._read(indices, len(indices), reuse)
+            for j in range(count):
+                part = slice(j * size, (j + 1) * size)
+                yield Batch([t[part] for t in tensors], indices[part], size)
+        tail = todo[full * size :]
+        if len(tail) and self.last != "drop":
+            indices = tail
+            if self.last == "wrap":
+                indices = np.concatenate([tail, np.resize(order, size - len(tail))])
             rows = size if self.last == "zeros" else len(indices)
-            yield Batch(self._read(indices, rows, reuse), order[begin : begin + valid], valid)
+            yield Batch(self._read(indices, rows, reuse), tail, len(tail))
 
     def read(self, indices: Sequence[int] | np.ndarray) -> list[torch.Tensor]:
         """The method's inputs for exactly these records (any count the program accepts)."""
@@ -298,47 +332,80 @@ class Binding:
     def _read(self, indices: np.ndarray, rows: int, reuse: bool) -> list[torch.Tensor]:
         buffers = self._buffers_for(rows, reuse)
         if rows > len(indices):
-            for b in buffers:
+            for b in buffers.arrays:
                 b[len(indices) :] = 0
         return self._gather(indices, buffers)
 
-    def _buffers_for(self, rows: int, reuse: bool) -> list[np.ndarray]:
-        """Fresh [rows, ...] arrays, one per field; with ``reuse`` those of the last call."""
+    def _buffers_for(self, rows: int, reuse: bool) -> Rows:
+        """Fresh buffers of ``rows`` rows; with ``reuse`` those of the last call."""
         buffers = self._buffers.get(rows) if reuse else None
         if buffers is None:
-            buffers = [np.empty((rows, *lay.shape), f.spec.dtype) for f, lay in self._pairs()]
+            buffers = Rows(rows, self.fields, self.layouts)
             if reuse:
                 self._buffers[rows] = buffers
         return buffers
 
-    def _gather(self, indices: np.ndarray, out: list[np.ndarray]) -> list[torch.Tensor]:
-        """Read records ``indices`` into rows of ``out`` (one array per field), checked:
-        stacking refuses another shape or dtype than the layout's, scalars are checked for
-        kind and range; a batch that fails is then searched for the record to blame."""
+    def _gather(self, indices: np.ndarray, out: Rows) -> list[torch.Tensor]:
+        """Read records ``indices`` into the first rows of ``out``, checked: the batch read
+        (``_columns``) puts tensors straight into their rows and refuses another shape or
+        dtype, scalars are checked for kind and range here; a batch that fails is then read
+        record by record to find the record to blame."""
+        n = len(indices)
+        if n == 1:
+            one = self._one(int(indices[0]), out.arrays)
+            if one is not None:
+                return one
+        try:
+            columns = self._columns(indices, out.targets(n))
+            if self._every_value and len(columns) != len(self.fields):
+                raise ValueError("another number of values")
+            for field, layout, buf in zip(self.fields, self.layouts, out.arrays):
+                if layout.scalar:
+                    _fill_scalars(buf[:n], columns[field.position])
+        except FormatError:
+            raise
+        except (ValueError, TypeError, OverflowError):
+            self._locate(indices)
+        return out.tensors
+
+    def _columns(self, indices: np.ndarray, targets: dict[int, np.ndarray]) -> list:
+        """The batch read: records ``indices`` as columns by position, the tensor fields
+        stacked into ``targets`` (ValueError/TypeError where they do not stack)."""
         records = self.dataset.get_many(indices)
         if records and isinstance(records[0], dict):
             records = [list(r.values()) for r in records]
-        n = len(records)
-        if self._every_value and any(len(r) != len(self.fields) for r in records):
-            self._locate(indices, records)
+        width = len(records[0]) if records else 0
+        if any(len(r) != width for r in records):
+            raise ValueError("records of different numbers of values")
+        columns: list = [[r[k] for r in records] for k in range(width)]
+        for k, target in targets.items():
+            if k >= width:
+                raise ValueError(f"no value at position {k}")
+            np.stack(columns[k], out=target, casting="no")
+            columns[k] = target
+        return columns
+
+    def _one(self, i: int, out: list[np.ndarray]) -> list[torch.Tensor] | None:
+        """A batch of one record: its tensors themselves, private but not copied when big
+        (``as_torch``); None if the record does not fit (the general path says why)."""
+        record = self.dataset[i]
+        values = list(record.values()) if isinstance(record, dict) else record
+        if self._every_value and len(values) != len(self.fields):
+            return None
         tensors = []
         for field, layout, buf in zip(self.fields, self.layouts, out):
-            column = [r[field.position] if field.position < len(r) else None for r in records]
-            if n == 1 and not layout.scalar and _is_array(column[0], layout, field):
-                tensors.append(_tensor(as_torch(column[0].reshape(buf.shape))))
-                continue  # one record: its own tensor, without a copy for big ones
-            try:
-                if layout.scalar:
-                    _fill_scalars(buf[:n], column)
-                else:  # rows of [1, *shape] (lead) or [*shape]
-                    rows = buf[:n].reshape(n, 1, *layout.shape) if layout.lead else buf[:n]
-                    np.stack(column, out=rows, casting="no")
-            except (ValueError, TypeError, OverflowError):
-                self._locate(indices, records)
-            tensors.append(_tensor(buf))
+            value = values[field.position] if field.position < len(values) else None
+            if field.layout_of(value) != layout:
+                return None
+            if layout.scalar:
+                buf[0] = value
+                tensors.append(_tensor(buf))
+            else:
+                tensors.append(_tensor(as_torch(np.ascontiguousarray(value).reshape(buf.shape))))
         return tensors
 
-    def _locate(self, indices: np.ndarray, records: list) -> None:
+    def _locate(self, indices: np.ndarray) -> None:
+        records = self.dataset.get_many(indices)
         for i, record in zip(indices.tolist(), records):
             self._record_error(i, record, self.layouts)
         raise AssertionError("a batch failed its check but none of its records did")
@@ -365,32 +432,24 @@ class Binding:
         return result
 
 
-def _is_array(value: Any, layout: Layout, field: Field) -> bool:
-    shape = (1, *layout.shape) if layout.lead else layout.shape
-    return (
-        isinstance(value, np.ndarray)
-        and value.dtype == field.spec.dtype
-        and value.shape == shape
-        and value.flags.c_contiguous
-    )
+_SCALAR_KINDS = {"b": "b", "i": "biu", "u": "biu", "f": "biuf"}  # input kind: value kinds
 
 
-_SCALAR_TYPES = {"b": {bool}, "i": {bool, int}, "u": {bool, int}, "f": {bool, int, float}}
-
-
-def _fill_scalars(out: np.ndarray, column: Sequence[Any]) -> None:
-    """Python bools/ints/floats into ``out`` of the input's dtype; TypeError for another
-    kind, OverflowError for an integer out of the dtype's range."""
-    if not set(map(type, column)) <= _SCALAR_TYPES.get(out.dtype.kind, set()):
+def _fill_scalars(out: np.ndarray, column: Any) -> None:
+    """A column of Python bools/ints/floats (a list, or an int64 / float64 / bool array)
+    into ``out`` of the input's dtype; TypeError for another kind, OverflowError for an
+    integer out of the dtype's range."""
+    if not isinstance(column, np.ndarray):
+        if not set(map(type, column)) <= {bool, int, float}:
+            raise TypeError("not Python numbers")
+        column = np.asarray(column)
+    if column.dtype.kind not in _SCALAR_KINDS.get(out.dtype.kind, "") or column.shape != out.shape:
         raise TypeError("not numbers of the input's kind")
-    values = np.asarray(column)
-    if values.dtype.kind not in "biuf":
-        raise OverflowError("integers out of int64 range")
-    if out.dtype.kind in "iu" and values.dtype != out.dtype and len(values):
+    if out.dtype.kind in "iu" and column.dtype != out.dtype and len(column):
         info = np.iinfo(out.dtype)
-        if values.min() < info.min or values.max() > info.max:
+        if column.min() < info.min or column.max() > info.max:
             raise OverflowError(f"integers out of {out.dtype} range")
-    np.copyto(out, values, casting="unsafe")
+    np.copyto(out, column, casting="unsafe")
 
 
 def _tensor(array: Any) -> torch.Tensor:
