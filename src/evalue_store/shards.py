@@ -73,13 +73,12 @@ def footer_checksum(dataset: Dataset) -> str:
     """SHA-256 (hex) of the footer of the commit ``dataset`` sees: names that exact commit.
 
     The footer is re-encoded from the parsed commit (encoding is deterministic, and the
-    parse checked its CRC), which also covers compressed files, whose footer bytes are
-    logical rather than at a file offset.
+    parse checked its checksum, by the shard's own function), which also covers compressed
+    files, whose footer bytes are logical rather than at a file offset.
     """
-    commit = dataset.commit
-    return hashlib.sha256(
-        encode_footer(commit.footer_offset, dataset.header.file_id, commit)
-    ).hexdigest()
+    commit, header = dataset.commit, dataset.header
+    footer = encode_footer(commit.footer_offset, header.file_id, commit, header.checksum)
+    return hashlib.sha256(footer).hexdigest()
 
 
 def describe_shard(path: PathLike) -> ShardInfo:
