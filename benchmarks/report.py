@@ -36,6 +36,8 @@ METRICS: tuple[tuple[str, str, bool], ...] = (
     ("get_p50_us", "get p50 µs", False),
     ("get_p99_us", "get p99 µs", False),
     ("batch_us_per_rec", "get_many µs/rec", False),
+    ("get_batch_us_per_rec", "get_batch µs/rec", False),
+    ("columns_write_rec_s", "columnar write rec/s", True),
     ("scan_rec_s", "scan rec/s", True),
 )
 RATIO_METRICS = tuple(m for m in METRICS if m[0] != "write_mb_s")

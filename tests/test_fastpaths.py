@@ -1,7 +1,8 @@
 """The fast paths give exactly what the generic code gives.
 
 A scan (``for rec in ds``) of a plain file through a mapping decodes runs of same-layout
-records column by column (Layout.decode_run); the writer encodes common values inline.
+records column by column (Layout.decode_run); the writer encodes columns of same-layout
+records at once (Writer.extend_columns).
 The oracle is the generic decoder (``decode_payload``) and the pread backend, whose scan
 reads record by record. Damaged records must fail at the same record with the same error.
 """
@@ -314,22 +315,3 @@ def test_structure_change_with_valid_checksum_is_read_generically(tmp_path):
     got, error = outcome(path)
     assert error is None and got[25][0].shape == (3, 2) and got[24][0].shape == (2, 3)
     assert_scans_agree(path)
-
-
-# ----------------------------------------------------------------------------- writing
-
-
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(values, max_size=6))
-def test_inline_encoding_matches_generic_encoder(record):
-    """encode_record's inline cases write the bytes _encode_value writes."""
-    from evalue_store.codec import _Builder, _encode_value, encode_record
-
-    chunks, length, crc = encode_record(record, 64, crc32c)
-    frame = b"".join(bytes(memoryview(c).cast("B")) for c in chunks)
-    out = _Builder(64, [], bytearray(struct.pack("<I", len(record))), FRAME_SIZE)
-    for value in record:
-        _encode_value(out, value)
-    payload = b"".join(bytes(memoryview(c).cast("B")) for c in [*out.chunks, out.cur])
-    assert frame[FRAME_SIZE : FRAME_SIZE + length] == payload
-    assert crc32c(payload) == crc

@@ -3,8 +3,8 @@
 
 Targets (``python tools/fuzz.py TARGET ...``):
 
-``container``  ``evs.open`` + metadata + full iteration + ``get_many`` + ``verify`` +
-               ``refresh``, plain and compressed. The first input byte picks a mode:
+``container``  ``evs.open`` + metadata + full iteration + ``get_many`` + ``get_batch`` +
+               ``verify`` + ``refresh``, plain and compressed. The first input byte picks a mode:
                bits 0-1: 0 = the bytes are the file as is; 1 = fix every checksum first
                (so mutations get past the CRCs into the footer, index and record parsers);
                2 = fix checksums, then store the result as seekable zstd frames cut at
@@ -250,6 +250,11 @@ def run_container(data: bytes) -> None:
                 ds.get_many([n - 1, 0, n // 2])
             except evs.FormatError:
                 pass
+            for batch in ([n - 1, 0, n // 2], range(min(n, 64))):
+                try:
+                    ds.get_batch(batch)
+                except ValueError as exc:  # a FormatError, or records that do not batch
+                    assert isinstance(exc, evs.FormatError) or "one value count" in str(exc)
         report = ds.verify()  # never raises for bad data
         assert isinstance(report.ok, bool)
         try:

@@ -3,7 +3,7 @@ fixed-width bytes array. Only works for fixed-shape fields, which is the point."
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,26 @@ class Floor(Adapter):
                 out[i] = r[k]
             out.flush()
             del out
+
+    batched = True
+    columnar = True
+
+    def write_columns(self, columns: list, path: Path) -> None:
+        path.mkdir(parents=True, exist_ok=True)
+        for k, (f, column) in enumerate(zip(self.fields, columns)):
+            if f.kind == "str":
+                encoded = [s.encode() for s in column]
+                width = max((len(e) for e in encoded), default=1)
+                column = np.array(encoded, dtype=f"S{max(width, 1)}")
+            np.save(path / f"{k}_{f.name}.npy", column)
+
+    def get_batch(self, indices: Sequence[int]) -> list:
+        index = np.asarray(indices)
+        out: list = []
+        for f, col in zip(self.fields, self.columns):
+            batch = col[index]  # numpy's fancy indexing: a stacked copy
+            out.append([s.decode() for s in batch] if f.kind == "str" else batch)
+        return out
 
     def open(self, path: Path) -> None:
         self.columns: list[Any] = []

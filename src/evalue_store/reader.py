@@ -9,7 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from . import bounded, indexing
+from . import batch, bounded, indexing
+from .batch import Batch, Out
 from .bounded import SHADOWED
 from .codec import compile_layout, decode_payload
 from .container import (
@@ -119,7 +120,7 @@ class Dataset:
         self._source = source
         self.header = header
         self.commit = commit
-        self._checksum = header.checksum  # bound once: the per-record path calls it
+        self._checksum = header.checksum  # bound once: the per-record and batch paths call it
         self.uncommitted_bytes = tail
         # A compressed record was checked by its frame's content checksum when the frame
         # was decompressed; checking its CRC on every read would check the same bytes again.
@@ -366,9 +367,12 @@ class Dataset:
                 self._lengths_seen.clear()
             self._lengths_seen.add(length)
             return
+        self._remember_layout(length, compile_layout(buf, pos, length, self.header.alignment))
+
+    def _remember_layout(self, length: int, layout: Any) -> None:
         if len(self._layouts) > MAX_LAYOUTS:
             self._layouts.clear()
-        self._layouts[length] = compile_layout(buf, pos, length, self.header.alignment)
+        self._layouts[length] = layout
 
     def __getitem__(self, index: Index) -> Any:
         """One record for an integer; a list of records for a slice, an integer array or a
@@ -383,6 +387,21 @@ class Dataset:
         else:
             records = self._get_positions(where.tolist())
         return self._named(records) if self.as_dict else records
+
+    def get_batch(self, indices: Sequence[int] | np.ndarray, *, out: Out = None) -> Batch:
+        """Records ``indices`` (as ``get_many`` takes them) as one batch: a dict by field
+        name when the file names its fields, else a list by position, of one value per
+        field. A Tensor field of one dtype and shape across the batch is one stacked
+        array [B, *shape]; an Int / Double / Bool field a 1-D int64 / float64 / bool array;
+        any other field a list of B values.
+
+        ``out`` maps field names (or positions) to C-contiguous numpy arrays or CPU torch
+        tensors (pinned or shared memory is fine) of exactly [B, *shape] and the field's
+        dtype: those fields are decoded straight into them, and they are what the batch
+        holds. Every record is checked as ``ds[i]`` checks it. Stacked arrays are copies,
+        never views of the file. See ``evalue_store.batch``.
+        """
+        return batch.get_batch(self, indices, out)
 
     def get_many(self, indices: Sequence[int] | np.ndarray) -> list[list]:
         """Records for a list of indices (or a boolean mask), in the order given.

@@ -39,7 +39,8 @@ from typing import Any, Union
 
 import numpy as np
 
-from . import indexing
+from . import batch, indexing
+from .batch import Batch, Out
 from .bounded import open_regular
 from .container import ENTRY_SIZE, encode_footer
 from .errors import LIMIT, MANIFEST, ClosedError, FormatError
@@ -589,6 +590,10 @@ class ShardedDataset:
         return self._get_positions(
             np.arange(where.start, where.stop, where.step) if isinstance(where, range) else where
         )
+
+    def get_batch(self, indices: Sequence[int] | np.ndarray, *, out: Out = None) -> Batch:
+        """Records ``indices`` as one batch, as ``Dataset.get_batch`` gives it."""
+        return batch.sharded_batch(self, indices, out)
 
     def get_many(self, indices: Sequence[int] | np.ndarray) -> list[list]:
         """Records for a list of global indices (or a boolean mask), in the order given;

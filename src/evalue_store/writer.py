@@ -17,6 +17,7 @@ from typing import Any
 
 from . import __version__
 from .codec import check_payload, encode_record, realign_payload, value_count
+from .columns import append_columns
 from .container import (
     DEFAULT_ALIGNMENT,
     DEFAULT_VERSION,
@@ -277,7 +278,8 @@ class Writer(WriterFields):
         """Append one record: a list of values, or a dict naming them (``fields``; see
         ``evalue_store.fields``); returns its index. Visible after commit()."""
         with self._mutex:  # inline, not _serialized: this is the per-record path
-            self._check_open()
+            if self._fd < 0 or self._inflight is not None or self._failed:
+                self._check_open()
             fields = self.__dict__.get("_fields")
             cls = type(record)
             if (
@@ -347,6 +349,17 @@ class Writer(WriterFields):
         """Append every record of an iterable."""
         for record in records:
             self.append(record)
+
+    @_serialized
+    def extend_columns(self, columns: Mapping[Any, Any]) -> range:
+        """Append N records given as columns, ``{field name or position: column}``: an
+        array [N, ...] (a tensor per record), a 1-D int / float / bool array (an Int /
+        Double / Bool per record) or a list of N values; see ``evalue_store.columns``.
+        Returns the new records' indices. The file is byte for byte what appending the
+        rows one by one writes; all N are appended or, on an error, none.
+        """
+        self._check_open()
+        return append_columns(self, columns)
 
     @_serialized
     def set_metadata(self, metadata: dict | None) -> None:
