@@ -369,21 +369,10 @@ class Binding:
         return out.tensors
 
     def _columns(self, indices: np.ndarray, targets: dict[int, np.ndarray]) -> list:
-        """The batch read: records ``indices`` as columns by position, the tensor fields
-        stacked into ``targets`` (ValueError/TypeError where they do not stack)."""
-        records = self.dataset.get_many(indices)
-        if records and isinstance(records[0], dict):
-            records = [list(r.values()) for r in records]
-        width = len(records[0]) if records else 0
-        if any(len(r) != width for r in records):
-            raise ValueError("records of different numbers of values")
-        columns: list = [[r[k] for r in records] for k in range(width)]
-        for k, target in targets.items():
-            if k >= width:
-                raise ValueError(f"no value at position {k}")
-            np.stack(columns[k], out=target, casting="no")
-            columns[k] = target
-        return columns
+        """The batch read: ``get_batch`` of records ``indices``, the tensor fields decoded
+        straight into ``targets`` (ValueError where they do not fit), columns by position."""
+        batch = self.dataset.get_batch(indices, out=targets)
+        return list(batch.values()) if isinstance(batch, dict) else batch
 
     def _one(self, i: int, out: list[np.ndarray]) -> list[torch.Tensor] | None:
         """A batch of one record: its tensors themselves, private but not copied when big
