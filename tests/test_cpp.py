@@ -76,6 +76,7 @@ def test_fixture_matches_the_golden_file_and_the_python_reader(release, asan):
     expected = json.loads((FIXTURES / "expected-v1.0.json").read_text())
     (doc,) = cpp_dump(release, [path])
     assert doc["commit"] == 3 and doc["scan"] == {"count": len(expected), "error": None}
+    assert doc["aligned"] is True  # a mapping starts on a page: tensors aligned as in the file
     assert json.loads(bytes.fromhex(doc["metadata"])) == {"fixture": "plain-v1.0.evs"}
     assert [_describe(r) for r in doc["values"]] == expected
     assert_same(asan, [path])

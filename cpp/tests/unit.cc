@@ -52,6 +52,10 @@ int main() {
     if (ok != c.ok) std::printf("json case: %s\n", c.json);
     expect(ok == c.ok, "strict JSON rule");
   }
+  // An integer literal past the largest double is "a number too large for a double" too
+  // (the Python reader lets it through: json.loads makes it an int).
+  std::string big = "{\"a\": 1" + std::string(400, '0') + "}";
+  expect(!evs::check_metadata_json(big).empty(), "integer beyond a double refused");
   std::string deep(600, '[');
   expect(!evs::check_metadata_json("{\"a\": " + deep + "}").empty(), "nesting bound");
 

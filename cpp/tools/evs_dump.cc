@@ -164,6 +164,7 @@ bool dump(const char* path, const evs::Options& options, uint64_t max_records, s
   *out += "\"ok\", \"commit\": " + std::to_string(reader.commit_number());
   *out += ", \"records\": " + std::to_string(reader.record_count());
   *out += ", \"tail\": " + std::to_string(reader.uncommitted_bytes());
+  *out += std::string(", \"aligned\": ") + (reader.aligned() ? "true" : "false");
   *out += ", \"metadata\": ";
   std::string_view meta;
   e = reader.metadata(&meta);

@@ -177,6 +177,10 @@ class Reader {
   uint16_t minor_version() const { return minor_; }
   Checksum checksum() const { return checksum_; }
   uint64_t committed_end() const { return end_; }  // end of the last footer
+  // True when the bytes start at a multiple of alignment(), so that every tensor's data is
+  // aligned in memory as it is in the file (always so for open_file: mappings are
+  // page-aligned; a caller's buffer may not be, e.g. an APK asset is 4-byte aligned).
+  bool aligned() const { return reinterpret_cast<uintptr_t>(data_) % alignment_ == 0; }
   uint64_t uncommitted_bytes() const { return size_ - end_; }  // a tail (crash, live writer)
 
   // Record i, random access: the index entry, frame, checksum and full decode are checked.
