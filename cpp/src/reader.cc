@@ -91,6 +91,7 @@ Reader& Reader::operator=(Reader&& other) noexcept {
     release();
     data_ = other.data_;
     size_ = other.size_;
+    std::memcpy(file_id_, other.file_id_, 16);
     map_ = std::exchange(other.map_, nullptr);
     map_size_ = other.map_size_;
     options_ = other.options_;
@@ -121,6 +122,48 @@ uint32_t Reader::crc(const uint8_t* data, uint64_t n) const {
   return checksum_ == Checksum::kCrc32c ? crc32c(data, n) : crc32(data, n);
 }
 
+// Where the header and footers are read from while a file is opened: the tail search must
+// not touch a mapping of the tail, which a writer may cut meanwhile (an abort, a recovery:
+// FORMAT.md section 13 allows it above the last commit), so a file is read with pread and
+// only its committed bytes are mapped afterwards.
+struct Reader::Source {
+  virtual ~Source() = default;
+  virtual bool read(uint64_t offset, size_t n, uint8_t* out) = 0;  // false: not there
+};
+
+namespace {
+
+struct BufferSource : Reader::Source {
+  BufferSource(const uint8_t* data, uint64_t size) : data_(data), size_(size) {}
+  bool read(uint64_t offset, size_t n, uint8_t* out) override {
+    if (offset > size_ || n > size_ - offset) return false;
+    if (n) std::memcpy(out, data_ + offset, n);
+    return true;
+  }
+  const uint8_t* data_;
+  uint64_t size_;
+};
+
+struct FileSource : Reader::Source {
+  explicit FileSource(int fd) : fd_(fd) {}
+  bool read(uint64_t offset, size_t n, uint8_t* out) override {
+    while (n) {
+      ssize_t got = ::pread(fd_, out, n, static_cast<off_t>(offset));
+      if (got < 0 && errno == EINTR) continue;
+      if (got <= 0) return false;
+      out += got;
+      offset += static_cast<uint64_t>(got);
+      n -= static_cast<size_t>(got);
+    }
+    return true;
+  }
+  int fd_;
+};
+
+constexpr uint64_t kSearchChunk = 1 << 20;  // tail bytes read at a time by the search
+
+}  // namespace
+
 Error Reader::open_file(const char* path, Reader* out, Options options) {
   // O_NONBLOCK: opening a FIFO must not wait for a writer; only regular files are read.
   int fd = ::open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
@@ -131,18 +174,19 @@ Error Reader::open_file(const char* path, Reader* out, Options options) {
     return fail(ErrorCode::kIo, -1, std::string(path) + ": not a regular file");
   }
   Reader reader;
-  if (st.st_size > 0) {
-    void* map = mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
-    ::close(fd);
-    if (map == MAP_FAILED)
-      return fail(ErrorCode::kIo, -1, std::string(path) + ": mmap: " + std::strerror(errno));
-    reader.map_ = map;
-    reader.map_size_ = static_cast<size_t>(st.st_size);
-  } else {
-    ::close(fd);
+  FileSource source(fd);
+  Error e = reader.locate(source, static_cast<uint64_t>(st.st_size), options);
+  if (!e) {  // map the committed bytes only: reads never go past them
+    void* map = mmap(nullptr, static_cast<size_t>(reader.end_), PROT_READ, MAP_PRIVATE, fd, 0);
+    if (map == MAP_FAILED) {
+      e = fail(ErrorCode::kIo, -1, std::string(path) + ": mmap: " + std::strerror(errno));
+    } else {
+      reader.map_ = map;
+      reader.map_size_ = static_cast<size_t>(reader.end_);
+      reader.data_ = static_cast<const uint8_t*>(map);
+    }
   }
-  Error e = reader.open_bytes(static_cast<const uint8_t*>(reader.map_),
-                              static_cast<uint64_t>(st.st_size), options);
+  ::close(fd);
   if (e) return e;
   *out = std::move(reader);
   return {};
@@ -150,31 +194,38 @@ Error Reader::open_file(const char* path, Reader* out, Options options) {
 
 Error Reader::open_buffer(const void* data, size_t size, Reader* out, Options options) {
   Reader reader;
-  Error e = reader.open_bytes(static_cast<const uint8_t*>(data), size, options);
+  BufferSource source(static_cast<const uint8_t*>(data), size);
+  Error e = reader.locate(source, size, options);
   if (e) return e;
+  reader.data_ = static_cast<const uint8_t*>(data);
   *out = std::move(reader);
   return {};
 }
 
 // Section 3: the header, then section 9: the last commit.
-Error Reader::open_bytes(const uint8_t* data, uint64_t size, Options options) {
-  data_ = data;
+Error Reader::locate(Source& src, uint64_t size, Options options) {
   size_ = size;
   options_ = options;
+  const Error gone = fail(ErrorCode::kIo, -1, "the file shrank while it was opened (a writer "
+                                              "cut its uncommitted tail): open it again");
   if (size == 0) return format(0, "empty file, not an evalue_store container");
-  if (size >= 4 && (std::memcmp(data, kZstdMagic, 4) == 0 || std::memcmp(data, kDictMagic, 4) == 0))
+  uint8_t head[kHeaderFixed];
+  size_t got = static_cast<size_t>(std::min<uint64_t>(size, kHeaderFixed));
+  if (!src.read(0, got, head)) return gone;
+  if (got >= 4 && (std::memcmp(head, kZstdMagic, 4) == 0 || std::memcmp(head, kDictMagic, 4) == 0))
     return fail(ErrorCode::kCompressed, 0,
                 "a zstd-compressed container: this reader reads plain files only "
                 "(decompress it with `zstd -d`)");
-  if (size < 8 || std::memcmp(data, kMagic, 8) != 0)
+  if (got < 8 || std::memcmp(head, kMagic, 8) != 0)
     return format(0, "bad magic: not an evalue_store container");
-  if (size < kHeaderFixed) return format(size, "truncated header");
-  uint16_t major = u16(data + 8);
-  minor_ = u16(data + 10);
-  uint32_t flags = u32(data + 12);
-  alignment_ = u32(data + 16);
-  uint32_t length = u32(data + 20);
-  uint16_t wlen = u16(data + 48);
+  if (got < kHeaderFixed) return format(size, "truncated header");
+  uint16_t major = u16(head + 8);
+  minor_ = u16(head + 10);
+  uint32_t flags = u32(head + 12);
+  alignment_ = u32(head + 16);
+  uint32_t length = u32(head + 20);
+  uint16_t wlen = u16(head + 48);
+  std::memcpy(file_id_, head + 24, 16);
   if (major != 1)
     return format(8, "unsupported format version " + std::to_string(major) + "." +
                          std::to_string(minor_) + " (reader knows 1.x)");
@@ -187,7 +238,9 @@ Error Reader::open_bytes(const uint8_t* data, uint64_t size, Options options) {
     return format(20, "header length disagrees with the writer info length");
   data_start_ = align_up(length, alignment_);
   if (size < data_start_) return format(size, "truncated header");
-  if (crc(data, length - 4) != u32(data + length - 4))
+  std::vector<uint8_t> buf(length);  // at most 1078 bytes
+  if (!src.read(0, length, buf.data())) return gone;
+  if (crc(buf.data(), length - 4) != u32(buf.data() + length - 4))
     return format(length - 4, "header checksum mismatch");
 
   // A cleanly closed file ends with its footer; else search back over trailer magics.
@@ -196,9 +249,10 @@ Error Reader::open_bytes(const uint8_t* data, uint64_t size, Options options) {
   Error e;
   auto candidate = [&](uint64_t trailer_end, uint64_t* hashed) -> bool {
     // Fields that cost no hashing first (the trailer's, then the footer's magic, file id
-    // and segment count), the checksum last.
+    // and segment count), the checksum last. True: stop searching (found, or an error).
     if (trailer_end < kTrailerSize || trailer_end - kTrailerSize < data_start_) return false;
-    const uint8_t* t = data_ + trailer_end - kTrailerSize;
+    uint8_t t[kTrailerSize], f[kFooterFixed];
+    if (!src.read(trailer_end - kTrailerSize, kTrailerSize, t)) return e = gone, true;
     uint64_t offset = load_u64(t);
     uint64_t flen = u32(t + 8);
     if (std::memcmp(t + 16, kTrailerMagic, 8) != 0 || offset % alignment_ || offset < data_start_)
@@ -207,8 +261,8 @@ Error Reader::open_bytes(const uint8_t* data, uint64_t size, Options options) {
       return false;
     uint64_t n = (flen - kFooterFixed - kTrailerSize) / kSegmentSize;
     if (n > kMaxSegments || kFooterFixed + kTrailerSize + n * kSegmentSize != flen) return false;
-    const uint8_t* f = data_ + offset;
-    if (std::memcmp(f, kFooterMagic, 8) != 0 || std::memcmp(f + 8, data_ + 24, 16) != 0 ||
+    if (!src.read(offset, kFooterFixed, f)) return e = gone, true;
+    if (std::memcmp(f, kFooterMagic, 8) != 0 || std::memcmp(f + 8, file_id_, 16) != 0 ||
         u32(f + 68) != n)
       return false;
     if (hashed != nullptr) {
@@ -220,7 +274,9 @@ Error Reader::open_bytes(const uint8_t* data, uint64_t size, Options options) {
         return true;
       }
     }
-    if (crc(f, flen - kTrailerUnchecked) != u32(t + 12)) return false;
+    buf.resize(flen);  // at most kMaxFooter: n <= 4096 was checked
+    if (!src.read(offset, flen, buf.data())) return e = gone, true;
+    if (crc(buf.data(), flen - kTrailerUnchecked) != u32(t + 12)) return false;
     found = Footer{offset, trailer_end, load_u64(f + 24), load_u64(f + 32), load_u64(f + 40),
                    load_u64(f + 48), load_u64(f + 56), u32(f + 64), static_cast<uint32_t>(n)};
     ok = true;
@@ -228,11 +284,20 @@ Error Reader::open_bytes(const uint8_t* data, uint64_t size, Options options) {
   };
   if (!candidate(size, nullptr)) {
     uint64_t hashed = 0;
-    for (uint64_t at = size; at >= data_start_ + 8; --at) {
-      // at: the end of a possible end magic, from the end of the file backwards
-      if (at == size || data_[at - 1] != '1' || std::memcmp(data_ + at - 8, kTrailerMagic, 8) != 0)
-        continue;
-      if (candidate(at, &hashed)) break;
+    std::vector<uint8_t> chunk;
+    uint64_t hi = size;
+    while (!ok && !e && hi >= data_start_ + 8) {
+      uint64_t lo = hi - data_start_ > kSearchChunk ? hi - kSearchChunk : data_start_;
+      chunk.resize(hi - lo);
+      if (!src.read(lo, chunk.size(), chunk.data())) return gone;
+      // every end of an end magic in [lo + 8, hi], from the end of the file backwards
+      for (uint64_t at = hi; at >= lo + 8; --at) {
+        const uint8_t* p = chunk.data() + (at - lo);
+        if (at == size || p[-1] != '1' || std::memcmp(p - 8, kTrailerMagic, 8) != 0) continue;
+        if (candidate(at, &hashed)) break;
+      }
+      if (lo == data_start_) break;
+      hi = lo + 7;  // a magic cut by the chunk boundary is found in the next chunk
     }
   }
   if (e) return e;
@@ -243,7 +308,7 @@ Error Reader::open_bytes(const uint8_t* data, uint64_t size, Options options) {
 
   // A checksum-valid footer with impossible contents is refused, never skipped.
   const uint64_t where = found.offset;
-  const uint8_t* segs = data_ + found.offset + kFooterFixed;
+  const uint8_t* segs = buf.data() + kFooterFixed;  // the footer's bytes, read last
   std::vector<std::pair<uint64_t, uint64_t>> spans;
   spans.reserve(found.n_segments);
   uint64_t total = 0;

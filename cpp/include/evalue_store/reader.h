@@ -191,9 +191,11 @@ class Reader {
   // file has none. The view points into the file's bytes (or a static "{}").
   Error metadata(std::string_view* json) const;
 
+  struct Source;  // internal: pread or a buffer, how the header and footers are read at open
+
  private:
   friend class Scan;
-  Error open_bytes(const uint8_t* data, uint64_t size, Options options);
+  Error locate(Source& src, uint64_t size, Options options);
   Error entry(uint64_t i, uint64_t* offset, uint64_t* length, uint32_t* crc) const;
   Error frame(uint64_t offset, uint64_t length, uint32_t want) const;
   Error read_at(uint64_t i, uint64_t offset, uint64_t length, uint32_t crc, Record* out) const;
@@ -211,6 +213,7 @@ class Reader {
   uint32_t alignment_ = 0;
   uint16_t minor_ = 0;
   Checksum checksum_ = Checksum::kCrc32;
+  uint8_t file_id_[16] = {};
   uint64_t data_start_ = 0;
   uint64_t end_ = 0;
   uint64_t commit_ = 0;
