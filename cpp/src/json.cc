@@ -53,7 +53,9 @@ bool valid_utf8(const uint8_t* p, size_t n, size_t* bad) {
 
 namespace {
 
-constexpr int kMaxDepth = 512;  // nesting bound: the format sets none (see the README)
+// Nesting bound: the format sets none (see the README). The Python writer and reader stop
+// near 1000 (their recursion limit), so every file they handle passes this.
+constexpr int kMaxDepth = 1000;
 
 class Json {
  public:
@@ -90,7 +92,7 @@ class Json {
   }
 
   bool value(int depth) {
-    if (depth > kMaxDepth) return bad("metadata nests deeper than 512");
+    if (depth > kMaxDepth) return bad("metadata nests deeper than 1000");
     space();
     if (pos_ >= s_.size()) return bad("metadata is not JSON (ends early)");
     char c = s_[pos_];

@@ -56,7 +56,9 @@ int main() {
   // (the Python reader lets it through: json.loads makes it an int).
   std::string big = "{\"a\": 1" + std::string(400, '0') + "}";
   expect(!evs::check_metadata_json(big).empty(), "integer beyond a double refused");
-  std::string deep(600, '[');
+  std::string open(990, '['), close(990, ']');
+  expect(evs::check_metadata_json("{\"a\": " + open + close + "}").empty(), "990 deep");
+  std::string deep(1001, '[');
   expect(!evs::check_metadata_json("{\"a\": " + deep + "}").empty(), "nesting bound");
 
   evs::Reader reader;
