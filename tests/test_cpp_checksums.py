@@ -95,6 +95,7 @@ def test_format_1_1_crc32c_files_read_like_their_1_0_originals(asan, tmp_path):
     v11.write_bytes(signed)
     (want,), (got,) = cpp_dump(asan, [original]), cpp_dump(asan, [v11])
     assert got["open"] == "ok" and got["records"] == 9 and got["commit"] == 4
+    assert (want["checksum"], got["checksum"]) == ("crc32", "crc32c")
     assert got["values"] == want["values"] and got["metadata"] == want["metadata"]
     assert got["scan"] == {"count": 9, "error": None}
     flag_only = bytearray(original.read_bytes())

@@ -3,7 +3,8 @@
 //
 //   evs_dump [--no-verify] [--max-records N] FILE...
 //
-// One line per file: {"open": "ok" | {"error": ...}, "commit": c, "records": n, "metadata": hex | {"error": ...},
+// One line per file: {"open": "ok" | {"error": ...}, "commit": c, "records": n, "tail": bytes,
+//  "aligned": bool, "checksum": "crc32" | "crc32c", "metadata": hex | {"error": ...},
 //  "values": [[value, ...] | {"error": ...}, ...] (random access, record by record),
 //  "scan": {"count": k, "error": ... | null}} (an in-order scan; k records before it stopped)
 // A value: null, true/false, an integer, {"f64": hex of its 8 bytes}, {"str": hex} (text),
@@ -165,6 +166,8 @@ bool dump(const char* path, const evs::Options& options, uint64_t max_records, s
   *out += ", \"records\": " + std::to_string(reader.record_count());
   *out += ", \"tail\": " + std::to_string(reader.uncommitted_bytes());
   *out += std::string(", \"aligned\": ") + (reader.aligned() ? "true" : "false");
+  *out += std::string(", \"checksum\": ") +
+          (reader.checksum() == evs::Checksum::kCrc32c ? "\"crc32c\"" : "\"crc32\"");
   *out += ", \"metadata\": ";
   std::string_view meta;
   e = reader.metadata(&meta);
