@@ -331,3 +331,12 @@ def test_fuzz_target_replays_the_corpus_under_sanitizers(asan):
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout == f"replayed {len(files)} inputs\n"
+
+
+def test_benchmark_script_measures_reads(tmp_path):
+    """benchmarks/cpp_reader.py's read part runs (no timing is asserted)."""
+    from benchmarks.cpp_reader import read_overhead
+
+    report = read_overhead(tmp_path, 300)
+    for name in ("xor_2_values", "mixed_4_values"):
+        assert report[name]["ns_per_record"] > 0 and report[name]["frame_bytes"] > 100

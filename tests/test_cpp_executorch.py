@@ -77,6 +77,30 @@ def test_cpp_trains_the_xor_program_from_a_container(tmp_path, xor_program, trai
     # Fed from process memory in the same order, the run is bit for bit the same.
     memory, _ = run(train_xor, xor_program, data, "memory")
     assert memory == losses
+    # And so is ExecuTorch's own Python training loop (TrainingModule + its SGD) over the
+    # same records: the C++ loop (its SGD included) computes what ExecuTorch does.
+    assert np.array_equal(np.float32(losses), python_losses(xor_program, data, 4000, 0.5))
+
+
+def python_losses(program: Path, data: Path, steps: int, lr: float) -> np.ndarray:
+    import torch
+    from executorch.extension.training import (
+        _load_for_executorch_for_training,
+        get_sgd_optimizer,
+    )
+
+    module = _load_for_executorch_for_training(str(program))
+    optimizer = None
+    losses = []
+    with evs.open(data) as ds:
+        for step in range(steps):
+            x, y = ds[step % len(ds)]
+            out = module.forward_backward("forward", [torch.tensor(x), torch.tensor(y)])
+            losses.append(out[0].item())
+            if optimizer is None:  # parameters exist once forward_backward has run
+                optimizer = get_sgd_optimizer(module.named_parameters(), lr, 0, 0, 0, False)
+            optimizer.step(module.named_gradients())
+    return np.float32(losses)
 
 
 def test_training_refuses_a_damaged_container_with_its_error(tmp_path, xor_program, train_xor):
