@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from .container import ENTRY_DTYPE, ENTRY_SIZE, FRAME_SIZE, Segment
-from .errors import FormatError
+from .errors import NOT_A_CONTAINER, FormatError
 
 CHUNK = 1 << 20  # bytes read at a time
 SHADOWED = "starts before an earlier record's frame ends (frames must be in file order)"
@@ -39,7 +39,7 @@ def open_regular(path: str) -> int:
             raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
         if not stat.S_ISREG(mode):
             kind = "a FIFO" if stat.S_ISFIFO(mode) else "a device, socket or other special file"
-            raise FormatError(f"not a regular file ({kind})", None, path)
+            raise FormatError(f"not a regular file ({kind})", None, path, code=NOT_A_CONTAINER)
         if nonblock:
             os.set_blocking(fd, True)
     except BaseException:
