@@ -4,9 +4,14 @@
 // With clang:  clang++ -std=c++17 -g -O1 -fsanitize=fuzzer,address,undefined
 //                -DEVS_LIBFUZZER -Iinclude src/*.cc fuzz/fuzz_reader.cc -o fuzz_reader
 //              ./fuzz_reader -max_total_time=600 ../tests/fuzz_corpus/container
-// Without -DEVS_LIBFUZZER it is a replay tool: fuzz_reader FILE... runs each file once
-// (the first byte of a tests/fuzz_corpus input picks verify on/off, as in tools/fuzz.py).
+// Without -DEVS_LIBFUZZER it is a replay tool: fuzz_reader [--mutate N] FILE... runs each
+// file once (the first byte of a tests/fuzz_corpus input picks verify on/off, as in
+// tools/fuzz.py) and, with --mutate, N random mutations of it too (a poor man's fuzzer for
+// machines without clang: byte flips, sets, cuts, duplications and huge u64 fields).
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
 #include <vector>
 
 #include "evalue_store/reader.h"
@@ -67,8 +72,39 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 }
 
 #ifndef EVS_LIBFUZZER
+namespace {
+
+void mutate(std::vector<uint8_t>* data, std::mt19937_64* rng) {
+  static const uint64_t big[] = {0, 1, 0x7FFFFFFF, 0xFFFFFFFF, 1ull << 40, 1ull << 62, ~0ull};
+  int ops = 1 + static_cast<int>((*rng)() % 4);
+  for (int k = 0; k < ops && data->size() > 1; ++k) {
+    size_t at = 1 + (*rng)() % (data->size() - 1);  // byte 0 is the mode
+    switch ((*rng)() % 5) {
+      case 0: (*data)[at] ^= static_cast<uint8_t>(1u << ((*rng)() % 8)); break;
+      case 1: (*data)[at] = static_cast<uint8_t>((*rng)()); break;
+      case 2: data->resize(at); break;
+      case 3: {
+        size_t n = std::min<size_t>(1 + (*rng)() % 64, data->size() - at);
+        std::vector<uint8_t> piece(data->begin() + at, data->begin() + at + n);
+        data->insert(data->begin() + at, piece.begin(), piece.end());
+        break;
+      }
+      default:
+        if (at + 8 <= data->size()) std::memcpy(data->data() + at, &big[(*rng)() % 7], 8);
+    }
+  }
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+  int mutations = 0, inputs = 0;
+  std::mt19937_64 rng(15);
   for (int k = 1; k < argc; ++k) {
+    if (std::strcmp(argv[k], "--mutate") == 0 && k + 1 < argc) {
+      mutations = std::atoi(argv[++k]);
+      continue;
+    }
     FILE* f = std::fopen(argv[k], "rb");
     if (f == nullptr) {
       std::perror(argv[k]);
@@ -80,8 +116,14 @@ int main(int argc, char** argv) {
     while ((got = std::fread(buf, 1, sizeof buf, f)) > 0) data.insert(data.end(), buf, buf + got);
     std::fclose(f);
     LLVMFuzzerTestOneInput(data.data(), data.size());
+    ++inputs;
+    for (int m = 0; m < mutations; ++m) {
+      std::vector<uint8_t> mutant = data;
+      mutate(&mutant, &rng);
+      LLVMFuzzerTestOneInput(mutant.data(), mutant.size());
+    }
   }
-  std::printf("replayed %d inputs\n", argc - 1);
+  std::printf("replayed %d inputs, %d mutants\n", inputs, inputs * mutations);
   return 0;
 }
 #endif
