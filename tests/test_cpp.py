@@ -71,29 +71,31 @@ def _describe(value):
     return value
 
 
-def test_fixture_matches_the_golden_file_and_the_python_reader(release, asan):
-    path = FIXTURES / "plain-v1.0.evs"
-    expected = json.loads((FIXTURES / "expected-v1.0.json").read_text())
+@pytest.mark.parametrize("version, checksum", [("1.0", "crc32"), ("1.1", "crc32c")])
+def test_fixture_matches_the_golden_file_and_the_python_reader(release, asan, version, checksum):
+    path = FIXTURES / f"plain-v{version}.evs"
+    expected = json.loads((FIXTURES / f"expected-v{version}.json").read_text())
     (doc,) = cpp_dump(release, [path])
     assert doc["commit"] == 3 and doc["scan"] == {"count": len(expected), "error": None}
+    assert doc["checksum"] == checksum
     assert doc["aligned"] is True  # a mapping starts on a page: tensors aligned as in the file
-    assert json.loads(bytes.fromhex(doc["metadata"])) == {"fixture": "plain-v1.0.evs"}
+    assert json.loads(bytes.fromhex(doc["metadata"])) == {"fixture": path.name}
     assert [_describe(r) for r in doc["values"]] == expected
     assert_same(asan, [path])
     assert_same(asan, [path], verify=False)
 
 
-def test_compressed_fixture_is_refused_with_a_clear_error(asan, tmp_path):
+@pytest.mark.parametrize("version", ["1.0", "1.1"])
+def test_compressed_fixture_is_refused_with_a_clear_error(asan, tmp_path, version):
     """The C++ reader reads plain files only; decompressed with the zstd CLI (what the
     error says to do) the same file reads like the plain fixture."""
-    (doc,) = assert_same(asan, [FIXTURES / "zstd-v1.0.evs.zst"])
+    compressed = FIXTURES / f"zstd-v{version}.evs.zst"
+    (doc,) = assert_same(asan, [compressed])
     assert "zstd -d" in doc["open"]["error"]
     plain = tmp_path / "fixture.evs"
-    subprocess.run(
-        ["zstd", "-q", "-d", str(FIXTURES / "zstd-v1.0.evs.zst"), "-o", str(plain)], check=True
-    )
+    subprocess.run(["zstd", "-q", "-d", str(compressed), "-o", str(plain)], check=True)
     (doc,) = assert_same(asan, [plain])
-    (want,) = cpp_dump(asan, [FIXTURES / "plain-v1.0.evs"])
+    (want,) = cpp_dump(asan, [FIXTURES / f"plain-v{version}.evs"])
     assert doc["values"] == want["values"] and doc["records"] == 24
 
 

@@ -1,5 +1,6 @@
 """Format 1.1 (docs/FORMAT.md section 3.1) in the C++ reader: header flag bit 0 makes every
-checksum of the file CRC-32C, chosen from the flag alone."""
+checksum of the file CRC-32C, chosen from the flag alone; files of both versions read as
+the Python reader reads them."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ import pytest
 
 import evalue_store as evs
 from tests import native
-from tests.cpp_compare import cpp_dump, variants
-from tests.test_damage import build
+from tests.cpp_compare import assert_same, cpp_dump, variants
+from tests.test_cpp import every_kind_records
+from tests.test_damage import record
 
 
 @pytest.fixture(scope="module")
@@ -84,12 +86,32 @@ def as_crc32c(data: bytes) -> bytes:
     return bytes(out)
 
 
+def build_v10(path) -> None:
+    """tests/test_damage.py's file (commits of 3, 2 and 4 records), written as format 1.0."""
+    n = 0
+    with evs.Writer(path, metadata={"k": "v"}, format_version="1.0") as w:
+        for size in (3, 2, 4):
+            for _ in range(size):
+                w.append(record(n))
+                n += 1
+            w.commit()
+
+
+@pytest.mark.parametrize("version", ["1.0", "1.1"])
+def test_files_the_python_writer_makes_in_either_version_read_the_same(asan, tmp_path, version):
+    path = tmp_path / f"kinds-{version}.evs"
+    with evs.Writer(path, format_version=version, metadata={"v": version}) as w:
+        w.extend(every_kind_records())
+    (doc,) = assert_same(asan, [path])
+    assert doc["checksum"] == {"1.0": "crc32", "1.1": "crc32c"}[version]
+
+
 def test_format_1_1_crc32c_files_read_like_their_1_0_originals(asan, tmp_path):
     """A 1.1 file (every checksum CRC-32C) holds the same values as the 1.0 file it was
     re-signed from; the C++ reader picks the function from flag bit 0 alone; a 1.0 file
     claiming the flag, and a 1.1 file with a flipped payload bit, are refused."""
     original = tmp_path / "v10.evs"
-    build(original, metadata={"k": "v"})
+    build_v10(original)
     signed = as_crc32c(original.read_bytes())
     v11 = tmp_path / "v11.evs"
     v11.write_bytes(signed)
@@ -110,7 +132,8 @@ def test_format_1_1_crc32c_files_read_like_their_1_0_originals(asan, tmp_path):
     flipped[payload_at] ^= 4
     unknown = bytearray(signed)
     struct.pack_into("<I", unknown, 12, 3)
-    docs = cpp_dump(asan, variants(tmp_path, "v11", [flag_only, minor_only, flipped, unknown]))
+    paths = variants(tmp_path, "v11", [flag_only, minor_only, flipped, unknown])
+    docs = assert_same(asan, [v11, *paths])[1:]  # the Python reader agrees on all of them
     assert "header checksum" in docs[0]["open"]["error"]
     assert docs[1]["values"] == want["values"]
     assert "checksum mismatch (record 4" in docs[2]["values"][4]["error"]
