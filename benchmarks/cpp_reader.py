@@ -22,20 +22,20 @@ import evalue_store as evs
 from tests import native
 
 
-def small_records(path: Path, n: int) -> None:
-    """XOR examples as an app builds them: [x float32 [1, 2], y int64 [1]] (~160 B frames)."""
+def small_records(path: Path, n: int, version: str = "1.1") -> None:
+    """XOR examples as an app builds them: [x float32 [1, 2], y int64 [1]] (~200 B frames)."""
     x = np.array([[0, 0], [0, 1], [1, 0], [1, 1]], np.float32)
     y = np.array([0, 1, 1, 0], np.int64)
     picks = np.random.default_rng(0).integers(0, 4, n)
-    with evs.Writer(path) as w:
+    with evs.Writer(path, format_version=version) as w:
         for k in picks:
             w.append([x[k : k + 1].copy(), y[k : k + 1].copy()])
 
 
-def mixed_records(path: Path, n: int) -> None:
+def mixed_records(path: Path, n: int, version: str = "1.1") -> None:
     """Four values of the common kinds: a float32 [32] tensor, an Int, a String, a Double."""
     rng = np.random.default_rng(1)
-    with evs.Writer(path) as w:
+    with evs.Writer(path, format_version=version) as w:
         for i in range(n):
             w.append([rng.random(32, dtype=np.float32), i, f"r{i}", 0.5 * i])
 
@@ -43,9 +43,14 @@ def mixed_records(path: Path, n: int) -> None:
 def read_overhead(work: Path, records: int) -> dict:
     bench = native.build("release") / "evs_bench"
     out = {}
-    for name, make in (("xor_2_values", small_records), ("mixed_4_values", mixed_records)):
+    cases = [
+        (f"{name}_v{version}", make, version)
+        for name, make in (("xor_2_values", small_records), ("mixed_4_values", mixed_records))
+        for version in ("1.0", "1.1")
+    ]  # checksums: zlib CRC-32, CRC-32C
+    for name, make, version in cases:
         path = work / f"{name}.evs"
-        make(path, records)
+        make(path, records, version)
         done = subprocess.run([str(bench), str(path), "15"], capture_output=True, text=True)
         done.check_returncode()
         result = json.loads(done.stdout)

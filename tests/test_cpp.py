@@ -341,5 +341,5 @@ def test_benchmark_script_measures_reads(tmp_path):
     from benchmarks.cpp_reader import read_overhead
 
     report = read_overhead(tmp_path, 300)
-    for name in ("xor_2_values", "mixed_4_values"):
+    for name in ("xor_2_values_v1.0", "mixed_4_values_v1.1"):
         assert report[name]["ns_per_record"] > 0 and report[name]["frame_bytes"] > 100
