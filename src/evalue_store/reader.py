@@ -260,8 +260,7 @@ class Dataset:
         k = 0 if len(self._starts) == 1 else bisect.bisect_right(self._starts, i) - 1
         seg = self._segments[k]
         at = seg.offset + (i - self._starts[k]) * ENTRY_SIZE
-        buf, pos = self._source.frame(at, ENTRY_SIZE)
-        offset, length, crc, reserved = ENTRY.unpack_from(buf, pos)
+        offset, length, crc, reserved = self._source.entry(at, i)
         if reserved:
             raise FormatError(f"index entry of record {i} has reserved bits set", at, self.path)
         return offset, length, crc
