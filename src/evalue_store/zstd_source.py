@@ -155,13 +155,18 @@ class ZstdSource:
                 start, last = frames[-1]
                 if offset + n <= start + last.nbytes:
                     return frames
-        phys, logi, csizes, _ = self._frame_map()
+        phys, logi, csizes, lsizes = self._frame_map()
         k = int(np.searchsorted(logi, offset, side="right")) - 1
         k2 = int(np.searchsorted(logi, offset + max(n, 1) - 1, side="right")) - 1
         out = []
         for j in range(k, k2 + 1):
             ext = Extent(int(phys[j]), int(logi[j]), int(csizes[j]))
-            out += self._frames(ext, ext.logical + 1)
+            frames = self._frames(ext, ext.logical + 1)
+            if len(frames) != 1 or frames[0][1].nbytes != int(lsizes[j]):
+                raise FormatError(
+                    f"frame at {ext.physical} disagrees with the frame map", ext.physical
+                )
+            out += frames
         return out
 
     def _frame_map(self) -> tuple[np.ndarray, ...]:
@@ -193,11 +198,22 @@ class ZstdSource:
 
     def entry(self, at: int, i: int) -> tuple[int, int, int, int]:
         """Record ``i``'s index entry, from its locator and its record header: the index
-        itself is never decompressed. The frames are decompressed now (and cached) for the
-        read that follows."""
+        itself is never decompressed (its frames are decompressed now, and cached, for the
+        read that follows). A locator that cannot be used (damaged, or a record of 4 GiB of
+        frames) gives way to the container's index entry at ``at``, read through the frame
+        map: a read is right or raises, as a read of the decompressed file would be."""
+        try:
+            located = self._locate(i)
+        except FormatError:
+            located = None
+        if located is None:
+            return ENTRY.unpack_from(*self.frame(at, ENTRY.size))
+        return located
+
+    def _locate(self, i: int) -> tuple[int, int, int, int] | None:
         k = bisect.bisect_right(self._firsts, i) - 1
         if k < 0 or i >= self.block.record_count:
-            raise FormatError(f"record {i} has no locator", self.block.offset)
+            return None
         run = self._runs[k]
         j = i - run.first
         key = (run.offset, j // GROUP)
@@ -208,12 +224,12 @@ class ZstdSource:
             group = self._groups[key] = read_group(self.reader, run, j)[0]
         logical, phys, span, position = LOCATOR.unpack_from(group, (j % GROUP) * LOCATOR.size)
         if span == SPAN_UNKNOWN or position > logical:
-            return ENTRY.unpack_from(*self.frame(at, ENTRY.size))  # through the frame map
+            return None
         ext = Extent(phys, logical - position, span)
         buf, pos = self._record_head(ext, logical)
         magic, crc, length = FRAME.unpack_from(buf, pos)
         if magic != FRAME_MAGIC:
-            raise FormatError(f"record {i}'s locator does not point at a record", logical)
+            return None
         if len(self._hints) >= MAX_HINTS:
             self._hints.clear()
         self._hints[logical] = ext
@@ -232,13 +248,19 @@ class ZstdSource:
 
     def chunks(self) -> Any:
         """Every data frame's logical bytes in order (decompressing each once, uncached)."""
-        phys, logi, csizes, _ = self._frame_map()
+        phys, logi, csizes, lsizes = self._frame_map()
         for k in range(len(phys)):
-            at = int(phys[k])
-            try:
-                yield self._decode(memoryview(self.reader.pread(at, int(csizes[k]))), 0)[1]
-            except FrameError as exc:
-                raise FormatError(f"frame at {at}: {exc}", at) from None
+            yield self._whole_frame(int(phys[k]), int(logi[k]), int(csizes[k]), int(lsizes[k]))
+
+    def _whole_frame(self, at: int, logical: int, csize: int, lsize: int) -> memoryview:
+        """The frame the map lists at ``at``, which must fill exactly its listed sizes."""
+        try:
+            length, buf = self._decode(memoryview(self.reader.pread(at, csize)), logical)
+        except FrameError as exc:
+            raise FormatError(f"frame at {at}: {exc}", at) from None
+        if length != csize or buf.nbytes != lsize:
+            raise FormatError(f"frame at {at} disagrees with the frame map", at)
+        return buf
 
     def last_commit(self, header: Header) -> Commit:
         """The commit the last index block ends: its logical end is a commit's."""
@@ -258,11 +280,8 @@ class ZstdSource:
         try:
             phys, logi, csizes, lsizes = self._frame_map()
             for k in range(len(phys)):
-                data = memoryview(self.reader.pread(int(phys[k]), int(csizes[k])))
-                length, buf = self._decode(data, int(logi[k]))
-                if length != int(csizes[k]) or buf.nbytes != int(lsizes[k]):
-                    return [f"frame at {int(phys[k])}: its sizes disagree with the map"]
-        except (FormatError, FrameError) as exc:
+                self._whole_frame(int(phys[k]), int(logi[k]), int(csizes[k]), int(lsizes[k]))
+        except FormatError as exc:
             return [f"frame layer: {exc}"]
         problems = []
         ends = phys + csizes
