@@ -80,6 +80,7 @@ class ZstdSource:
         self._cached = 0
         self._groups: dict[tuple[int, int], memoryview] = {}
         self._hints: dict[int, Extent] = {}
+        self._hot: tuple[int, Any, int] | None = None
         self._runs = block.runs
         self._firsts = [r.first for r in block.runs]
         self._extents = [e for e in (block.footer, block.metadata, block.first) if e.span]
@@ -89,6 +90,7 @@ class ZstdSource:
     def set_alignment(self, alignment: int) -> None:
         if alignment != self.alignment:
             self.alignment = alignment
+            self._hot = None
             self._cache.clear()
             self._cached = 0
 
@@ -176,6 +178,9 @@ class ZstdSource:
 
     def frame(self, offset: int, n: int) -> tuple[Any, int]:
         """(buffer, position): logical bytes [offset, offset + n) are buffer[position:...]."""
+        hot = self._hot  # the record just located, when its frame holds all of it
+        if hot is not None and hot[0] == offset and hot[2] + n <= hot[1].nbytes:
+            return hot[1], hot[2]
         if offset < 0 or n < 0 or offset + n > self.size:
             raise FormatError(f"read of {n} bytes runs past the logical end {self.size}", offset)
         frames = self._located(offset, n)
@@ -233,6 +238,7 @@ class ZstdSource:
         if len(self._hints) >= MAX_HINTS:
             self._hints.clear()
         self._hints[logical] = ext
+        self._hot = (logical, buf, pos) if pos + FRAME.size + length <= len(buf) else None
         return logical, length, crc, 0
 
     def _record_head(self, ext: Extent, logical: int) -> tuple[Any, int]:
@@ -322,4 +328,5 @@ class ZstdSource:
         self._cache.clear()
         self._groups.clear()
         self._hints.clear()
+        self._hot = None
         self.reader.close()
