@@ -68,17 +68,6 @@ def read_dictionary(reader: Any, size: int) -> bytes | None:
     return bytes(read_at(reader, head, length))
 
 
-def table_from_lists(csizes: list, dsizes: list, checksums: list) -> SeekTable:
-    """A SeekTable over frames the writer tracks in memory (no table in the file yet)."""
-    c = np.asarray(csizes, np.int64)
-    d = np.asarray(dsizes, np.int64)
-    coff = np.zeros(len(c) + 1, np.int64)
-    doff = np.zeros(len(c) + 1, np.int64)
-    np.cumsum(c, out=coff[1:])
-    np.cumsum(d, out=doff[1:])
-    return SeekTable(c, d, np.asarray(checksums, np.uint32), coff, doff, int(coff[-1]), 0)
-
-
 def last_seek_table(reader: Any, size: int, max_frame_size: int) -> SeekTable:
     """The file's last seek table, or if that one is damaged (a torn tail), the last valid
     earlier one: the previous commit. A last table that is valid but lists a frame over
