@@ -93,6 +93,15 @@ class Block:
         return self.offset + self.size
 
 
+def pread_exact(reader: Any, offset: int, n: int) -> Any:
+    """``n`` bytes at ``offset``, or a FormatError: a file that ends sooner (cut, or cut
+    while it was being read) is the caller's to judge, never a short buffer to unpack."""
+    data = reader.pread(offset, n)
+    if len(data) != n:
+        raise FormatError(f"file ends before byte {offset + n}", offset)
+    return data
+
+
 def layout_frame(dictionary: bytes | None) -> bytes:
     """The frame a new file starts with; it carries the dictionary, if any."""
     dictionary = dictionary or b""
@@ -102,9 +111,7 @@ def layout_frame(dictionary: bytes | None) -> bytes:
 
 def read_layout(reader: Any) -> tuple[int, bytes | None]:
     """(end of the layout frame, dictionary or None) of a layout-2 file."""
-    head = bytes(reader.pread(0, SKIPPABLE_HEADER_SIZE + LAYOUT_HEAD.size))
-    if len(head) < SKIPPABLE_HEADER_SIZE + LAYOUT_HEAD.size:
-        raise FormatError("file ends inside its layout frame", 0)
+    head = bytes(pread_exact(reader, 0, SKIPPABLE_HEADER_SIZE + LAYOUT_HEAD.size))
     magic, size = SKIPPABLE_HEADER.unpack_from(head)
     tag, version, flags, dict_size = LAYOUT_HEAD.unpack_from(head, SKIPPABLE_HEADER_SIZE)
     if magic != LAYOUT_MAGIC or tag != LAYOUT_TAG:
@@ -118,7 +125,7 @@ def read_layout(reader: Any) -> tuple[int, bytes | None]:
         raise FormatError("file ends inside its layout frame", 0)
     if not dict_size:
         return end, None
-    return end, bytes(reader.pread(end - dict_size, dict_size))
+    return end, bytes(pread_exact(reader, end - dict_size, dict_size))
 
 
 def encode_block(fields: dict, runs: list[Run]) -> bytes:
@@ -208,16 +215,13 @@ def read_block(reader: Any, end: int, layout_end: int) -> Block:
     """The index block that ends at file offset ``end``."""
     if end - layout_end < FIXED_BLOCK:
         raise FormatError(f"no index block ends at {end}", end)
-    tail = bytes(reader.pread(end - BLOCK_TRAILER.size, BLOCK_TRAILER.size))
+    tail = bytes(pread_exact(reader, end - BLOCK_TRAILER.size, BLOCK_TRAILER.size))
     _, size, tag = BLOCK_TRAILER.unpack(tail)
     if tag != INDEX_TAG or not FIXED_BLOCK <= size <= end - layout_end:
         raise FormatError(f"no index block ends at {end}", end - 4)
     if size > FIXED_BLOCK + MAX_RUNS * RUN.size:
         raise FormatError(f"index block claims {size} bytes", end - 8)
-    data = reader.pread(end - size, size)
-    if len(data) != size:
-        raise FormatError("file ends inside an index block", end - size)
-    return parse_block(data, end - size, layout_end)
+    return parse_block(pread_exact(reader, end - size, size), end - size, layout_end)
 
 
 def find_last_block(reader: Any, size: int, layout_end: int) -> Block | None:
@@ -231,7 +235,7 @@ def find_last_block(reader: Any, size: int, layout_end: int) -> Block | None:
     hi = size
     while hi > layout_end:
         lo = max(layout_end, hi - (1 << 20))
-        chunk = bytes(reader.pread(lo, hi - lo))
+        chunk = bytes(pread_exact(reader, lo, hi - lo))
         top = len(chunk)
         while (p := chunk.rfind(INDEX_TAG, 0, top)) >= 0:
             top = p + 3
@@ -253,7 +257,7 @@ def read_map(reader: Any, block: Block) -> tuple[np.ndarray, np.ndarray]:
     against its checksum and against the group's bounds."""
     n = block.frame_count
     at = block.map_offset
-    data = reader.pread(at, block.offset - at)
+    data = pread_exact(reader, at, block.offset - at)
     magic, frame_size = SKIPPABLE_HEADER.unpack_from(data)
     body = memoryview(data)[SKIPPABLE_HEADER_SIZE:]
     if magic != MAP_MAGIC or frame_size != len(body):
@@ -301,9 +305,7 @@ def read_group(reader: Any, run: Run, j: int) -> tuple[memoryview, int]:
     g = j // GROUP
     n = min(GROUP, run.count - g * GROUP)
     at = run.offset + SKIPPABLE_HEADER_SIZE + g * GROUP_BYTES
-    data = reader.pread(at, n * LOCATOR.size + 4)
-    if len(data) != n * LOCATOR.size + 4:
-        raise FormatError("file ends inside a locator run", at)
+    data = pread_exact(reader, at, n * LOCATOR.size + 4)
     body = memoryview(data)[: n * LOCATOR.size]
     if checksum(body) != MAP_CHECKSUM.unpack_from(data, n * LOCATOR.size)[0]:
         raise FormatError(f"locator group {g} of the run at {run.offset}: checksum mismatch", at)
@@ -313,9 +315,7 @@ def read_group(reader: Any, run: Run, j: int) -> tuple[memoryview, int]:
 def read_run(reader: Any, run: Run) -> np.ndarray:
     """Every locator of ``run``, each group's checksum checked (a merge, a verify)."""
     size = run_size(run.count)
-    data = reader.pread(run.offset, size)
-    if len(data) != size:
-        raise FormatError("file ends inside a locator run", run.offset)
+    data = pread_exact(reader, run.offset, size)
     magic, frame_size = SKIPPABLE_HEADER.unpack_from(data)
     if magic != RUN_MAGIC or frame_size + SKIPPABLE_HEADER_SIZE != size:
         raise FormatError("run frame: magic or size disagree", run.offset)
