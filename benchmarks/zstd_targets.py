@@ -2,7 +2,8 @@
 bytes, W1 random get against our plain get (and ArrayRecord zstd's, when installed), open at
 10M records, and get at 10M records against get at 100k.
 
-Run: python benchmarks/zstd_targets.py [--quick]   (quick: 2k W1 records, 10k/100k points)
+Run: python benchmarks/zstd_targets.py [--quick] [--counts 100000,10000000]
+(quick: 2k W1 records, 10k/100k points)
 Writes benchmarks/results/zstd_targets.json and .md (quick: zstd_targets_quick.*).
 """
 
@@ -83,9 +84,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--counts", help="the two scaling points, e.g. 100000,1000000")
     args = parser.parse_args()
     w1 = QUICK["W1"] if args.quick else W1.scaled(50_000)
     small, big = (10_000, 100_000) if args.quick else (100_000, 10_000_000)
+    if args.counts:
+        small, big = (int(c) for c in args.counts.split(","))
     gets = 2_000 if args.quick else 20_000
     out: dict = {"command": " ".join(["python benchmarks/zstd_targets.py", *sys.argv[1:]])}
     with tempfile.TemporaryDirectory(dir=os.environ.get("EVS_BENCH_DIR")) as work:
