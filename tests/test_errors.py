@@ -66,3 +66,48 @@ def test_closed_writers_and_datasets_raise_closed_error(tmp_path):
     ds.close()
     with pytest.raises(evs.ClosedError, match="dataset is closed"):
         ds[0]
+
+
+def test_shard_manifest_problems_have_their_own_code(tmp_path):
+    import json
+
+    with evs.ShardWriter(tmp_path / "s-{:02d}.evs", max_records=2) as sw:
+        sw.extend([np.arange(3), i] for i in range(5))
+    manifest = tmp_path / "s.manifest.json"
+    doc = json.loads(manifest.read_text())
+    doc["records"] += 1
+    manifest.write_text(json.dumps(doc))
+    with pytest.raises(evs.FormatError) as info:
+        evs.open_shards(manifest)
+    assert info.value.code == "manifest" and info.value.path == str(manifest)
+    manifest.write_text("{not json")
+    with pytest.raises(evs.FormatError) as info:
+        evs.open_shards(manifest)
+    assert info.value.code == "manifest"
+
+
+def test_java_bytes_name_the_kind_of_problem():
+    from evalue_store import java
+
+    whole = java.dumps_record([np.arange(4, dtype=np.float32), 7])
+    with pytest.raises(evs.FormatError) as info:
+        java.loads_record(whole[:-3])
+    assert info.value.code == "truncated"
+    with pytest.raises(evs.FormatError) as info:
+        java.loads(b"")
+    assert info.value.code == "truncated"
+    tensor = bytearray(java.dumps(np.zeros((1,), np.float32)))
+    tensor[2] = 200  # the rank byte: Java reads it as negative, we cap it at MAX_RANK
+    with pytest.raises(evs.FormatError) as info:
+        java.loads(bytes(tensor))
+    assert info.value.code == "limit"
+
+
+def test_a_fifo_is_not_a_container(tmp_path):
+    import os
+
+    fifo = tmp_path / "pipe.evs"
+    os.mkfifo(fifo)
+    with pytest.raises(evs.FormatError) as info:
+        evs.open(fifo)
+    assert info.value.code == "not-a-container"

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import mmap
 import struct
-import zlib
 
 import numpy as np
 import pytest
@@ -20,7 +19,7 @@ from hypothesis.extra import numpy as hnp
 
 import evalue_store as evs
 from evalue_store.codec import Layout, decode_payload
-from evalue_store.container import ENTRY_SIZE, FRAME_SIZE
+from evalue_store.container import ENTRY_SIZE, FRAME_SIZE, crc32c
 from evalue_store.dtypes import CODE_TO_DTYPE
 
 
@@ -243,7 +242,7 @@ def damaged_copy(tmp_path, recs, damage, name="bad.evs"):
 def fix_crc(data, entries, i):
     """Make record i's checksums (frame header and index entry) match its payload again."""
     offset, length = int(entries[i]["offset"]), int(entries[i]["length"])
-    crc = zlib.crc32(data[offset + FRAME_SIZE : offset + FRAME_SIZE + length])
+    crc = crc32c(data[offset + FRAME_SIZE : offset + FRAME_SIZE + length])  # a 1.1 file's
     struct.pack_into("<I", data, offset + 4, crc)
     index_at = data.find(struct.pack("<QQ", offset, length))
     struct.pack_into("<I", data, index_at + 16, crc)
@@ -326,11 +325,11 @@ def test_inline_encoding_matches_generic_encoder(record):
     """encode_record's inline cases write the bytes _encode_value writes."""
     from evalue_store.codec import _Builder, _encode_value, encode_record
 
-    chunks, length, crc = encode_record(record, 64)
+    chunks, length, crc = encode_record(record, 64, crc32c)
     frame = b"".join(bytes(memoryview(c).cast("B")) for c in chunks)
     out = _Builder(64, [], bytearray(struct.pack("<I", len(record))), FRAME_SIZE)
     for value in record:
         _encode_value(out, value)
     payload = b"".join(bytes(memoryview(c).cast("B")) for c in [*out.chunks, out.cur])
     assert frame[FRAME_SIZE : FRAME_SIZE + length] == payload
-    assert zlib.crc32(payload) == crc
+    assert crc32c(payload) == crc

@@ -258,9 +258,10 @@ def test_lying_locators_and_maps_are_refused(tmp_path):
     path, recs = made(tmp_path)
     block, layout_end = last_block(path)
     good = path.read_bytes()
-    # A run listed at a place that holds no run frame: the group checksum fails.
+    # A run listed at a place that holds no run frame: its group checksum fails, and so
+    # does the way round it (the map no longer fills the group the block describes).
     resign(path, runs=[Run(block.group_start, 0, block.record_count)])
-    with evs.open(path) as ds, pytest.raises(evs.FormatError, match="checksum"):
+    with evs.open(path) as ds, pytest.raises(evs.FormatError):
         ds[3]
     # A footer extent lying about its size: the frames it names do not hold the footer.
     path.write_bytes(good)

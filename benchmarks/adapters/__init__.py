@@ -62,6 +62,7 @@ class Adapter(ABC):
 # missing package makes only its own adapters unavailable.
 ADAPTERS: dict[str, str] = {
     "floor": "floor:Floor",
+    "floor_copy": "floor:FloorCopy",
     "npz": "npz:Npz",
     "lmdb_pickle": "lmdb_store:LmdbPickle",
     "lmdb_raw": "lmdb_store:LmdbRaw",
@@ -79,6 +80,9 @@ ADAPTERS: dict[str, str] = {
 
 OURS = ("evalue_store", "evalue_store_noverify", "evalue_store_zstd")
 FLOOR = "floor"
+# Yardsticks, not peers: floor_copy is the floor plus one memory pass (np.copyto), the cost a
+# verified read is measured against (issue 13).
+REFERENCES = (FLOOR, "floor_copy")
 
 
 def load_adapter(name: str, fields: tuple[Field, ...]) -> Adapter:

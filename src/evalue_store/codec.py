@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import operator
 import struct
-import zlib
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from .container import FRAME, FRAME_CRC_AT, FRAME_LENGTH_AT, FRAME_MAGIC, FRAME_SIZE
+from .container import FRAME, FRAME_CRC_AT, FRAME_LENGTH_AT, FRAME_MAGIC, FRAME_SIZE, Checksum
 from .dtypes import CODE_TO_DTYPE, dtype_code
 from .errors import EncodeError, FormatError
 from .values import INT64_MAX, INT64_MIN, MAX_RANK, Kind, classify
@@ -188,8 +187,11 @@ def _encode_value(out: _Builder, value: Any, kind: Kind | None = None) -> None:
             _encode_value(out, item, Kind.NONE if item is None else Kind.TENSOR)
 
 
-def encode_record(values: Sequence[Any], alignment: int) -> tuple[list[Any], int, int]:
-    """Encode one record frame. Returns (chunks, payload length, payload crc32).
+def encode_record(
+    values: Sequence[Any], alignment: int, checksum: Checksum
+) -> tuple[list[Any], int, int]:
+    """Encode one record frame. Returns (chunks, payload length, payload checksum), the
+    checksum by the file's function (``Header.checksum``).
 
     The chunks, written in order, are the whole frame (header included) followed by zero
     padding up to the next multiple of ``alignment``; big tensor data chunks are views of
@@ -233,8 +235,8 @@ def encode_record(values: Sequence[Any], alignment: int) -> tuple[list[Any], int
     length = base + len(cur) - FRAME_SIZE
     crc = 0
     for chunk in chunks:
-        crc = zlib.crc32(chunk, crc)
-    crc = zlib.crc32(cur, crc)
+        crc = checksum(chunk, crc)
+    crc = checksum(cur, crc)
     cur += _ZEROS[: -(FRAME_SIZE + length) & mask]  # so the next block starts aligned
     chunks.append(cur)
     chunks[0][:0] = FRAME.pack(FRAME_MAGIC, crc, length)

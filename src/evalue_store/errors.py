@@ -18,6 +18,7 @@ LIMIT = "limit"  # a size over a limit of the format or of the reader (max_recor
 METADATA = "metadata"  # the metadata block is not what the format allows
 FRAME = "frame"  # a zstd frame or seek table of a compressed file is damaged
 NOT_A_CONTAINER = "not-a-container"  # no evalue_store container at all (magic, file type)
+MANIFEST = "manifest"  # a shard manifest is malformed or disagrees with its shards
 
 
 class Error(Exception):

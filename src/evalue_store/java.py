@@ -20,7 +20,7 @@ from typing import Any, Literal, Union
 import numpy as np
 
 from .dtypes import CODE_TO_DTYPE, CODE_TO_NAME, dtype_code
-from .errors import EncodeError, FormatError
+from .errors import LIMIT, TRUNCATED, EncodeError, FormatError
 from .values import Kind, classify
 
 __all__ = ["dumps", "loads", "dumps_record", "loads_record", "iter_record_slices", "MAGIC"]
@@ -127,7 +127,7 @@ def loads(data: Buffer, *, strings: Literal["str", "bytes"] = "str") -> Any:
     view = _byte_view(data)
     size = len(view)
     if size == 0:
-        raise FormatError("empty input: an EValue needs at least its tag byte", 0)
+        raise FormatError("empty input: an EValue needs at least its tag byte", 0, code=TRUNCATED)
     tag = view[0]
     if tag == Kind.NONE:
         value, end = None, 1
@@ -167,7 +167,9 @@ def _byte_view(data: Buffer) -> memoryview:
 def _need(view: memoryview, offset: int, count: int, what: str) -> None:
     left = len(view) - offset
     if left < count:
-        raise FormatError(f"truncated {what}: needs {count} bytes, {left} left", offset)
+        raise FormatError(
+            f"truncated {what}: needs {count} bytes, {left} left", offset, code=TRUNCATED
+        )
 
 
 def _load_string(view: memoryview, strings: str) -> tuple[str | bytes, int]:
@@ -193,7 +195,9 @@ def _load_tensor(view: memoryview) -> np.ndarray:
         known = f" ({CODE_TO_NAME[code]}, which Java cannot hold)" if code in CODE_TO_NAME else ""
         raise FormatError(f"unknown tensor dtype code {code}{known}", 1)
     if rank > MAX_RANK:
-        raise FormatError(f"rank byte {rank} > {MAX_RANK} (Java reads it as {rank - 256})", 2)
+        raise FormatError(
+            f"rank byte {rank} > {MAX_RANK} (Java reads it as {rank - 256})", 2, code=LIMIT
+        )
     _need(view, 3, 4 * rank, f"tensor dims (rank {rank})")
     dims = struct.unpack_from(f">{rank}i", view, 3)
     for axis, dim in enumerate(dims):
@@ -207,6 +211,7 @@ def _load_tensor(view: memoryview) -> np.ndarray:
             f"truncated tensor data: shape {dims} of {dtype.name} needs {nbytes} bytes, "
             f"{left} left",
             start,
+            code=TRUNCATED,
         )
     if left > nbytes:
         raise FormatError(
@@ -216,7 +221,8 @@ def _load_tensor(view: memoryview) -> np.ndarray:
     try:
         return flat.reshape(dims)
     except ValueError as exc:  # rank > 64, or zero-size with huge other dims
-        raise FormatError(f"tensor shape {dims} is valid Java but not numpy: {exc}", 2) from None
+        reason = f"tensor shape {dims} is valid Java but not numpy: {exc}"
+        raise FormatError(reason, 2, code=LIMIT) from None
 
 
 # --------------------------------------------------------------------------------- records
@@ -250,7 +256,7 @@ def loads_record(data: Buffer, *, strings: Literal["str", "bytes"] = "str") -> l
             out.append(loads(piece, strings=strings))
         except FormatError as exc:
             where = None if exc.offset is None else offset + exc.offset
-            raise FormatError(f"record value {index}: {exc.reason}", where) from exc
+            raise FormatError(f"record value {index}: {exc.reason}", where, code=exc.code) from exc
     return out
 
 
@@ -273,7 +279,9 @@ def _record_entries(data: Buffer) -> Iterator[tuple[int, memoryview]]:
     left = len(view) - _RECORD_HEADER.size
     if count * _MIN_ENTRY > left:
         raise FormatError(
-            f"record count {count} needs at least {count * _MIN_ENTRY} bytes, {left} left", 4
+            f"record count {count} needs at least {count * _MIN_ENTRY} bytes, {left} left",
+            4,
+            code=TRUNCATED,
         )
     return _record_body(view, count)
 

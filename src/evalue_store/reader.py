@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import bisect
 import os
-import zlib
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -21,7 +20,6 @@ from .container import (
     Commit,
     Header,
     check_frame,
-    crc32,
     parse_metadata,
 )
 from .errors import CHECKSUM, LIMIT, OUT_OF_BOUNDS, ClosedError, FormatError
@@ -121,6 +119,7 @@ class Dataset:
         self._source = source
         self.header = header
         self.commit = commit
+        self._checksum = header.checksum  # bound once: the per-record path calls it
         self.uncommitted_bytes = tail
         # A compressed record was checked by its frame's content checksum when the frame
         # was decompressed; checking its CRC on every read would check the same bytes again.
@@ -206,7 +205,7 @@ class Dataset:
                 self._metadata = {}
             else:
                 raw = bytes(self._source.read(c.metadata_offset, c.metadata_length))
-                if crc32(raw) != c.metadata_crc:
+                if self._checksum(raw) != c.metadata_crc:
                     raise FormatError("metadata checksum mismatch", c.metadata_offset, self.path)
                 try:
                     self._metadata = parse_metadata(raw, c.metadata_offset)
@@ -326,7 +325,7 @@ class Dataset:
         try:
             check_frame(bytes(buf[pos : pos + FRAME_SIZE]), offset, self.commit.end, length, crc)
             payload = memoryview(buf).cast("B")[pos + FRAME_SIZE : pos + FRAME_SIZE + length]
-            if self._crc_on_read and zlib.crc32(payload) != crc:
+            if self._crc_on_read and self._checksum(payload) != crc:
                 raise FormatError("record checksum mismatch", offset, code=CHECKSUM)
         except FormatError as exc:
             raise exc.at(path=self.path, record=i, offset_in=self._offsets_in) from None
@@ -347,7 +346,7 @@ class Dataset:
         try:
             if self._crc_on_read:
                 payload = memoryview(buf)[pos + FRAME_SIZE : pos + FRAME_SIZE + length]
-                if zlib.crc32(payload) != crc:  # say first if the frame disagrees with the index
+                if self._checksum(payload) != crc:  # first: does the frame disagree with its entry?
                     head = bytes(buf[pos : pos + FRAME_SIZE])
                     check_frame(head, offset, self.commit.end, length, crc)
                     raise FormatError("record checksum mismatch", offset, code=CHECKSUM)
@@ -505,8 +504,9 @@ class Dataset:
         records = layout.decode_run(buf, start, stride, count - k, crcs)
         if self._crc_on_read:
             at = start + FRAME_SIZE
+            checksum = self._checksum
             for j, crc in enumerate(crcs.tolist()):
-                if zlib.crc32(buf[at : at + length]) != crc:
+                if checksum(buf[at : at + length]) != crc:
                     records[j] = None
                 at += stride
         for j, values in enumerate(records, k):

@@ -42,7 +42,7 @@ import numpy as np
 from . import indexing
 from .bounded import open_regular
 from .container import ENTRY_SIZE, encode_footer
-from .errors import ClosedError, FormatError
+from .errors import LIMIT, MANIFEST, ClosedError, FormatError
 from .fields import FIELDS_KEY, Fields
 from .files import fsync_dir
 from .indexing import Index
@@ -73,13 +73,12 @@ def footer_checksum(dataset: Dataset) -> str:
     """SHA-256 (hex) of the footer of the commit ``dataset`` sees: names that exact commit.
 
     The footer is re-encoded from the parsed commit (encoding is deterministic, and the
-    parse checked its CRC), which also covers compressed files, whose footer bytes are
-    logical rather than at a file offset.
+    parse checked its checksum, by the shard's own function), which also covers compressed
+    files, whose footer bytes are logical rather than at a file offset.
     """
-    commit = dataset.commit
-    return hashlib.sha256(
-        encode_footer(commit.footer_offset, dataset.header.file_id, commit)
-    ).hexdigest()
+    commit, header = dataset.commit, dataset.header
+    footer = encode_footer(commit.footer_offset, header.file_id, commit, header.checksum)
+    return hashlib.sha256(footer).hexdigest()
 
 
 def describe_shard(path: PathLike) -> ShardInfo:
@@ -148,32 +147,40 @@ def read_manifest(path: PathLike) -> list[ShardInfo]:
             doc = json.load(f)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         # RecursionError: nesting deeper than json can parse
-        raise FormatError(f"manifest is not JSON: {exc}", None, path) from None
+        raise FormatError(f"manifest is not JSON: {exc}", None, path, code=MANIFEST) from None
     if not isinstance(doc, dict) or doc.get("format") != MANIFEST_FORMAT:
-        raise FormatError(f"not an {MANIFEST_FORMAT} manifest", None, path)
+        raise FormatError(f"not an {MANIFEST_FORMAT} manifest", None, path, code=MANIFEST)
     if doc.get("version") != MANIFEST_VERSION:
-        raise FormatError(f"unsupported manifest version {doc.get('version')!r}", None, path)
+        raise FormatError(
+            f"unsupported manifest version {doc.get('version')!r}", None, path, code=MANIFEST
+        )
     base = os.path.dirname(path)
     items = doc.get("shards")
     if not isinstance(items, list):
-        raise FormatError("'shards' is not a list", None, path)
+        raise FormatError("'shards' is not a list", None, path, code=MANIFEST)
     shards = []
     for k, item in enumerate(items):
         if not isinstance(item, dict):
-            raise FormatError(f"shards[{k}] is not an object", None, path)
+            raise FormatError(f"shards[{k}] is not an object", None, path, code=MANIFEST)
         name = item.get("path")
         if not isinstance(name, str) or not name or "\0" in name:
-            raise FormatError(f"shards[{k}].path is not a file name: {name!r:.80}", None, path)
+            raise FormatError(
+                f"shards[{k}].path is not a file name: {name!r:.80}", None, path, code=MANIFEST
+            )
         records, nbytes = (_count(item.get(key), f"shards[{k}].{key}", path) for key in _COUNTS)
         digest = item.get("footer_sha256")
         if not isinstance(digest, str) or not _SHA256.fullmatch(digest):
-            raise FormatError(f"shards[{k}].footer_sha256 is not a SHA-256 in hex", None, path)
+            raise FormatError(
+                f"shards[{k}].footer_sha256 is not a SHA-256 in hex", None, path, code=MANIFEST
+            )
         shards.append(
             ShardInfo(os.path.normpath(os.path.join(base, name)), records, nbytes, digest)
         )
     total = _count(doc.get("records"), "records", path)
     if total != sum(s.records for s in shards):
-        raise FormatError("records: the record total disagrees with the shard list", None, path)
+        raise FormatError(
+            "records: the record total disagrees with the shard list", None, path, code=MANIFEST
+        )
     return shards
 
 
@@ -184,7 +191,9 @@ MAX_COUNT = (1 << 63) - 1  # counts are int64 in a ShardedDataset's index
 
 def _count(value: Any, field: str, path: str) -> int:
     if type(value) is not int or not 0 <= value <= MAX_COUNT:
-        raise FormatError(f"{field} is not an integer in [0, 2^63): {value!r:.40}", None, path)
+        raise FormatError(
+            f"{field} is not an integer in [0, 2^63): {value!r:.40}", None, path, code=MANIFEST
+        )
     return value
 
 
@@ -196,9 +205,11 @@ def check_shard_files(shards: Sequence[ShardInfo], manifest: str) -> None:
             mode = os.stat(info.path).st_mode
         except OSError as exc:
             reason = f"shards[{k}].path {info.path}: {exc.strerror}"
-            raise FormatError(reason, None, manifest) from None
+            raise FormatError(reason, None, manifest, code=MANIFEST) from None
         if not stat.S_ISREG(mode):
-            raise FormatError(f"shards[{k}].path {info.path} is not a regular file", None, manifest)
+            raise FormatError(
+                f"shards[{k}].path {info.path} is not a regular file", None, manifest, code=MANIFEST
+            )
 
 
 def merge_manifests(inputs: Source, out: PathLike) -> str:
@@ -448,7 +459,9 @@ def resolve_shards(source: Source) -> list[ShardInfo]:
                 shards.append(describe_shard(member))
     _check_unique(shards)
     if sum(s.records for s in shards) > MAX_COUNT:
-        raise FormatError(f"the shards of {source!r:.200} hold more than 2^63-1 records in all")
+        raise FormatError(
+            f"the shards of {source!r:.200} hold more than 2^63-1 records in all", code=LIMIT
+        )
     return shards
 
 
@@ -527,13 +540,17 @@ class ShardedDataset:
     def _check(ds: Dataset, info: ShardInfo) -> None:
         if len(ds) != info.records:
             raise FormatError(
-                f"shard has {len(ds)} records, the index says {info.records}", None, ds.path
+                f"shard has {len(ds)} records, the index says {info.records}",
+                None,
+                ds.path,
+                code=MANIFEST,
             )
         if footer_checksum(ds) != info.footer_sha256:
             raise FormatError(
                 "footer checksum differs from the index's (the shard was rewritten or appended to)",
                 ds.commit.footer_offset,
                 ds.path,
+                code=MANIFEST,
             )
 
     def validate(self) -> None:

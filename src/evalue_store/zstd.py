@@ -17,7 +17,14 @@ import zstandard
 from . import zstd_legacy as legacy
 from .bounded import open_regular
 from .byteio import FdReader
-from .container import Commit, Header, open_container
+from .container import (
+    DEFAULT_VERSION,
+    Commit,
+    Header,
+    checksum_function,
+    open_container,
+    version_flags,
+)
 from .errors import FormatError
 from .plain import pwrite_all
 from .zframe import SKIPPABLE_HEADER
@@ -110,10 +117,12 @@ def train_dictionary(records: Any, size: int = 64 << 10, alignment: int = 64) ->
     from .codec import encode_record
     from .fields import Fields
 
+    checksum = checksum_function(version_flags(DEFAULT_VERSION))  # as a new file's records
+
     samples = []
     for record in records:
         values, _ = Fields().values(record)  # a dict record: its values, as a writer stores
-        chunks, _, _ = encode_record(values, alignment)
+        chunks, _, _ = encode_record(values, alignment, checksum)
         samples.append(b"".join(bytes(memoryview(c).cast("B")) for c in chunks))
     if len(samples) < 8:
         raise ValueError(

@@ -21,7 +21,7 @@ from . import container
 from .errors import FormatError
 from .zframe import SKIPPABLE_HEADER, SKIPPABLE_HEADER_SIZE
 
-checksum = container.crc32  # the container's checksum: one name to switch at a merge
+checksum = container.crc32c  # CRC-32C, whatever the container's (FRAMES.md section 6)
 
 LAYOUT_MAGIC = 0x184D2A5B  # skippable: the layout frame, first in the file
 RUN_MAGIC = 0x184D2A5A  # skippable: a run of record locators

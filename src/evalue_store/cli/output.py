@@ -126,7 +126,8 @@ def output_writer(
 ) -> Iterator[evs.Writer]:
     """A Writer for OUT. A new file is built under a temporary name and renamed when complete,
     so a failed run never leaves a half-written OUT behind (nor replaces an old one).
-    ``options`` go to evs.Writer for a new file (compression settings)."""
+    ``options`` go to evs.Writer for a new file (compression settings, format version); an
+    appended OUT keeps its own."""
     if append:
         with evs.Writer(path, "a", metadata=metadata) as writer:
             if writer.salvage:
