@@ -62,7 +62,6 @@ def open_reader(
         raise
     try:
         header, commit = open_container(source)
-        source.set_alignment(header.alignment)
     except BaseException:
         source.close()
         raise

@@ -109,7 +109,6 @@ class ZstdSource:
 
     def __init__(self, reader: Any, *, cache_bytes: int, max_frame_size: int = MAX_FRAME_SIZE):
         self.reader = reader
-        self.physical_size = reader.size
         self.table = last_seek_table(reader, reader.size, max_frame_size)
         self.dictionary = read_dictionary(reader, self.table.end)
         dict_data = zstandard.ZstdCompressionDict(self.dictionary) if self.dictionary else None
