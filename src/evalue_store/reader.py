@@ -282,11 +282,15 @@ class Dataset:
         k = 0 if len(self._starts) == 1 else bisect.bisect_right(self._starts, i) - 1
         return self._segments[k].offset + (i - self._starts[k]) * ENTRY_SIZE
 
+    def _entry_of(self, i: int) -> tuple[int, int, int, int]:
+        """Record ``i``'s index entry as stored (the source may find it without reading the
+        index: a compressed file's locators)."""
+        return self._source.entry(self._entry_at(i), i)
+
     def _entry(self, i: int) -> tuple[int, int, int]:
-        at = self._entry_at(i)
-        buf, pos = self._source.frame(at, ENTRY_SIZE)
-        offset, length, crc, reserved = ENTRY.unpack_from(buf, pos)
+        offset, length, crc, reserved = self._entry_of(i)
         if reserved:
+            at = self._entry_at(i)
             raise FormatError(f"index entry of record {i} has reserved bits set", at, self.path)
         return offset, length, crc
 
