@@ -484,12 +484,13 @@ def test_verify_reports_damage_to_an_earlier_seek_tables_sizes_and_checksums(tmp
     """Regression: verify() compared only the compressed sizes of earlier seek tables with
     the last one, so rot in their decompressed sizes or checksums (what a reader falls
     back on when the last table is lost) went unreported."""
-    path = tmp_path / "t.evs.zst"
-    with evs.Writer(path, compression="zstd") as w:
-        for i in range(1, 4):
+    path = tmp_path / "t.evs.zst"  # layout 1 (FRAMES.md section 13): appends keep it
+    shutil.copy(Path(__file__).parent / "fixtures" / "zstd-v1.0.evs.zst", path)
+    for i in range(1, 4):
+        with evs.Writer(path, mode="a") as w:
             w.append(record(i))
-            w.commit()
     with evs.open(path) as ds:
+        n = len(ds)
         table = ds._source.table
         k = next(k for k in range(1, table.num_frames) if table.decompressed_sizes[k] == 0)
         end = int(table.compressed_offsets[k + 1])
@@ -501,6 +502,6 @@ def test_verify_reports_damage_to_an_earlier_seek_tables_sizes_and_checksums(tmp
         damaged[entries + field] ^= 0x10
         path.write_bytes(damaged)
         with evs.open(path) as ds:
-            assert all(same(ds[i], i + 1) for i in range(3))  # reads use the last table
+            assert all(same(ds[n - 3 + i], i + 1) for i in range(3))  # reads use the last table
             report = ds.verify()
             assert not report.ok and any("earlier seek table" in p for p in report.problems)
