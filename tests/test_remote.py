@@ -274,16 +274,27 @@ def test_cache_dir_copy_is_checked_and_reused(s3, tmp_path):
     assert len(evs.open(url, storage_options=s3.options, cache_dir=cache)) == 7
 
 
-def test_compressed_remote_file_says_what_to_do(s3, tmp_path):
+def test_compressed_remote_file_reads_only_its_frames(s3, tmp_path):
+    n = 20_000
     with evs.Writer(tmp_path / "z.evs.zst", compression="zstd") as w:
-        for i in range(10):
-            w.append(record(i))
+        for i in range(n):
+            w.append([np.random.default_rng(i).random(32), i])  # incompressible-ish
+    size = (tmp_path / "z.evs.zst").stat().st_size
     s3.fs().put_file(str(tmp_path / "z.evs.zst"), "bkt/z.evs.zst")
     url = "s3://bkt/z.evs.zst"
-    with pytest.raises(evs.Error, match="cache_dir"):
-        evs.open(url, storage_options=s3.options)
-    ds = evs.open(url, storage_options=s3.options, cache_dir=tmp_path / "c")
-    assert same(ds[9], record(9))
+    local = evs.open(tmp_path / "z.evs.zst")
+    s3.log.clear()
+    ds = evs.open(url, storage_options=s3.options)
+    assert ds.compressed and len(ds) == n
+    opened = sum(g.body_bytes for g in s3.log.gets())
+    assert opened < size / 4
+    s3.log.clear()
+    assert same(ds[n // 2], local[n // 2])
+    assert sum(g.body_bytes for g in s3.log.gets()) < size / 4  # its frame(s), not the file
+    assert all(same(a, b) for a, b in zip(ds[[3, 17_000, 9_999]], local[[3, 17_000, 9_999]]))
+    assert not ds.verify().bad_records
+    copy = evs.open(url, storage_options=s3.options, cache_dir=tmp_path / "c")
+    assert same(copy[n - 1], local[n - 1])
 
 
 def test_dataloader_workers_reopen(s3, tmp_path):

@@ -88,9 +88,13 @@ class Dataset:
             fs, inner, url = remote.resolve(path, self.filesystem, self.storage_options)
             if self.cache_dir is None:
                 source, header, commit, self._identity = remote.open_remote(
-                    fs, inner, url, cache_bytes=self.cache_bytes
+                    fs,
+                    inner,
+                    url,
+                    cache_bytes=self.cache_bytes,
+                    max_frame_size=self.max_frame_size,
                 )
-                self._install(source, header, commit, 0)
+                self._install(source, header, commit, self._identity[0] - source.physical_end)
                 return
             path = remote_cache.local_copy(fs, inner, url, self.cache_dir)
         for attempt in range(OPEN_ATTEMPTS):

@@ -23,7 +23,7 @@ from typing import Any
 from .container import Commit, Header, open_container
 from .errors import TRUNCATED, Error, FormatError, RemoteError
 from .plain import CHUNK, _PlainSource, aligned_buffer
-from .zstd import is_compressed
+from .zstd import is_compressed, open_reader
 
 BLOCK_SIZE = 64 << 10  # bytes per cached block: an index block holds 4096 entries
 SMALL_READ = 1 << 10  # a random read smaller than this fetches its block; larger, itself
@@ -407,27 +407,34 @@ class RemoteSource(_PlainSource):
 
 
 def open_remote(
-    fs: Any, path: str, url: str, *, cache_bytes: int, block_size: int = BLOCK_SIZE
-) -> tuple[RemoteSource, Header, Commit, tuple]:
+    fs: Any,
+    path: str,
+    url: str,
+    *,
+    cache_bytes: int,
+    max_frame_size: int,
+    block_size: int = BLOCK_SIZE,
+) -> tuple[Any, Header, Commit, tuple]:
     """Open the container at ``url`` at its last commit: its source, header, commit and
     identity. Costs an info request and one round for head and tail (the footer, and what
-    a header longer than HEAD_BYTES needs, come from the cache or one more request)."""
+    a header longer than HEAD_BYTES needs, come from the cache or one more request). A
+    compressed file is read by the zstd source through the same reader: a record costs
+    the frame(s) holding it."""
     info = stat(fs, path, url)
     reader = RemoteReader(fs, path, url, info, block_size=block_size, cache_bytes=cache_bytes)
     size = reader.size
     head = (0, min(size, HEAD_BYTES))
     tail = (max(0, size - HEAD_BYTES), size - max(0, size - HEAD_BYTES))
-    if size:
-        reader.pread_many([head, tail] if tail[0] > head[1] else [(0, size)])
-    probe = RemoteSource(reader, size)
     try:
-        if is_compressed(reader.pread(0, 8)):
-            raise Error(
-                f"{url}: a compressed container cannot be read remotely yet; open it with "
-                "cache_dir= (a local copy of the whole object) or decompress it first"
-            )
+        if size:
+            reader.pread_many([head, tail] if tail[0] > head[1] else [(0, size)])
         with _placed(url):
-            header, commit = open_container(probe)
+            if is_compressed(reader.pread(0, 8)):
+                source, header, commit = open_reader(
+                    reader, cache_bytes=cache_bytes, max_frame_size=max_frame_size
+                )
+                return source, header, commit, identity(info)
+            header, commit = open_container(RemoteSource(reader, size))
     except BaseException:
         reader.close()
         raise
