@@ -63,7 +63,7 @@ def read_overhead(work: Path, records: int) -> dict:
 def training(work: Path, steps: int, rounds: int = 5) -> dict:
     if native.executorch_root() is None:
         return {"skipped": "the executorch wheel is not installed"}
-    from tests.test_cpp_executorch import export_xor
+    from tests.et_programs import export_xor
 
     program = work / "xor.pte"
     export_xor(program)

@@ -1,7 +1,8 @@
 """The C++ reader feeding ExecuTorch's runtime (issue 15 item 2): a C++ program linked
 against the executorch wheel's libexecutorch.so trains ExecuTorch's XOR training program
 (exported here, at test time) from a container Python wrote, tensors wrapped in place on the
-file mapping (cpp/include/evalue_store/executorch.h)."""
+file mapping (cpp/include/evalue_store/executorch.h). The program comes from
+tests/et_programs.py, shared with the Python training tests."""
 
 from __future__ import annotations
 
@@ -13,32 +14,12 @@ import pytest
 
 import evalue_store as evs
 from tests import native
-
-XOR_X = np.array([[0, 0], [0, 1], [1, 0], [1, 1]], np.float32)
-XOR_Y = np.array([0, 1, 1, 0], np.int64)
-
-
-def export_xor(path: Path) -> None:
-    """ExecuTorch's XOR example (executorch.extension.training.examples.XOR) exported as a
-    joint forward-backward training program, as its export_model.py does."""
-    import torch
-    from executorch.exir import to_edge
-    from executorch.extension.training.examples.XOR.model import Net, TrainingNet
-    from torch.export import export
-    from torch.export.experimental import _export_forward_backward
-
-    torch.manual_seed(0)
-    net = TrainingNet(Net())
-    example = (torch.randn(1, 2), torch.ones(1, dtype=torch.int64))
-    program = _export_forward_backward(export(net, example, strict=True))
-    path.write_bytes(to_edge(program).to_executorch().buffer)
+from tests.et_programs import export_xor, xor_examples
 
 
 @pytest.fixture(scope="session")
 def xor_program(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("xor") / "xor.pte"
-    export_xor(path)
-    return path
+    return export_xor(tmp_path_factory.mktemp("xor") / "xor.pte")  # tests/et_programs.py
 
 
 @pytest.fixture(scope="session")
@@ -48,10 +29,8 @@ def train_xor() -> Path:
 
 def xor_container(path: Path, n: int = 1000) -> None:
     """XOR examples as an Android app builds them: [x float32 [1, 2], y int64 [1]]."""
-    picks = np.random.default_rng(0).integers(0, 4, n)
     with evs.Writer(path) as w:
-        for k in picks:
-            w.append([XOR_X[k : k + 1].copy(), XOR_Y[k : k + 1].copy()])
+        w.extend(xor_examples(n, leading_one=True))
 
 
 def run(train_xor: Path, program: Path, data: Path, *extra: str) -> tuple[list[float], float]:
