@@ -7,6 +7,7 @@ from .errors import (
     Error,
     FormatError,
     InputMismatchError,
+    RemoteError,
     WriterLockedError,
 )
 from .reader import Dataset, VerifyReport
@@ -60,6 +61,7 @@ __all__ = [
     "ListInt",
     "ListOptionalTensor",
     "ListTensor",
+    "RemoteError",
     "String",
     "Tensor",
     "Typed",

@@ -79,6 +79,11 @@ class FormatError(Error, ValueError):
         )
 
 
+class RemoteError(Error, OSError):
+    """A remote object (an fsspec URL) could not be read or written: the server kept
+    failing after retries. The message names the URL; the last failure is its cause."""
+
+
 class EncodeError(Error, ValueError):
     """A value that has no EValue encoding (wrong type, out of range, unsupported dtype)."""
 
