@@ -139,6 +139,10 @@ def run_case(model: str, batch: int, n: int, args: argparse.Namespace, work: str
     return {"model": model, "batch": batch, "records": n, "min_steps": min(counts), **result}
 
 
+def _rate(value: float) -> str:
+    return f"{value:,.0f}" if value >= 100 else f"{value:.1f}"
+
+
 def markdown(rows: list[dict], meta: dict) -> str:
     lines = [
         "# ExecuTorch training: steps/s fed from a container vs from memory",
@@ -152,9 +156,10 @@ def markdown(rows: list[dict], meta: dict) -> str:
         "|---|---|---|---|---|---|---|",
     ]
     for r in rows:
+        rates = [_rate(r[k]) for k in ("container", "memory", "memory-list")]
         lines.append(
-            f"| {r['model']} | {r['batch']} | {r['container']:,.0f} | {r['memory']:,.0f} "
-            f"| {r['memory-list']:,.0f} | {r['ratio']:.2f}x | {r['container_feed_only']:,.0f} |"
+            f"| {r['model']} | {r['batch']} | {' | '.join(rates)} | {r['ratio']:.2f}x "
+            f"| {_rate(r['container_feed_only'])} |"
         )
     return "\n".join(lines) + "\n"
 
