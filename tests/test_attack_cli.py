@@ -1,0 +1,86 @@
+"""Black-box attacks on the `evalue-store` command line."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+import evalue_store as evs
+
+
+def _cli(*args: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "evalue_store", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+
+
+def _wait_for_partial(folder, proc, timeout=60.0) -> None:
+    """Until the command has started writing its OUT.<pid>-<random>.partial file."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if any(name.endswith(".partial") for name in os.listdir(folder)):
+            return
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.005)
+    raise AssertionError("no .partial file appeared")
+
+
+def test_copy_over_its_own_input_does_not_drop_a_commit_made_during_the_copy(tmp_path):
+    """CLI.md: "`copy` ... may write over their own input with `--force`: the input is read in
+    full before the new file replaces it", "--force never replaces a file a running writer
+    holds" (checked "before the work and again at the rename"), and the project rule
+    "Committed data is never lost".
+
+    A writer that opens the file while `copy F -o F --force` is running, commits and closes,
+    is neither refused nor kept: the rename puts the older snapshot over its commit, which
+    is gone without a word. (Holding F's lock for the whole run would refuse the writer.)
+    """
+    path = tmp_path / "F.evs"
+    with evs.Writer(path, "w") as w:
+        for i in range(20_000):
+            w.append([i, np.arange(64)])
+    proc = _cli("copy", str(path), "-o", str(path), "--force", "-q")
+    _wait_for_partial(tmp_path, proc)
+    refused = False
+    try:
+        with evs.Writer(path, "a") as w:
+            w.append(["committed while the copy ran"])
+    except evs.WriterLockedError:
+        refused = True
+    out, err = proc.communicate(timeout=120)
+    ds = evs.open(path)
+    if not refused:
+        assert ds[len(ds) - 1] == ["committed while the copy ran"], (
+            f"a commit that returned was lost; copy said: {out!r} {err!r}, {len(ds)} records"
+        )
+
+
+def test_copy_to_an_existing_out_does_not_drop_a_commit_made_during_the_copy(tmp_path):
+    """Same with a separate OUT that exists: a writer that appends to OUT during the copy and
+    closes before the rename loses its commit to the replacement, although `--force` is
+    said to never replace a file a running writer holds (it ran during the copy)."""
+    src = tmp_path / "src.evs"
+    out_path = tmp_path / "out.evs"
+    with evs.Writer(src, "w") as w:
+        for i in range(20_000):
+            w.append([i, np.arange(64)])
+    with evs.Writer(out_path, "w") as w:
+        w.append(["old"])
+    proc = _cli("copy", str(src), "-o", str(out_path), "--force", "-q")
+    _wait_for_partial(tmp_path, proc)
+    refused = False
+    try:
+        with evs.Writer(out_path, "a") as w:
+            w.append(["committed while the copy ran"])
+    except evs.WriterLockedError:
+        refused = True
+    proc.communicate(timeout=120)
+    assert refused or proc.returncode != 0, (
+        "the copy replaced a file that a writer opened, appended to and committed during the copy"
+    )

@@ -1,0 +1,84 @@
+"""Black-box attacks on the Writer: each test quotes the promise it checks."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+import evalue_store as evs
+
+
+def test_forked_child_does_not_keep_the_writer_lock_after_the_parent_closes(tmp_path):
+    """README: "One writer per file: a second gets evs.WriterLockedError" and THREAT_MODEL:
+    "A forked child inherits it but cannot use it ... the child's abort(), close() or garbage
+    collection leaves the parent's file alone".
+
+    A child forked while a Writer is open (a DataLoader worker, a multiprocessing pool) and
+    that never touches it keeps the inherited descriptor, and with it the flock: after the
+    parent closes its Writer, reopening the file gets WriterLockedError ("another writer has
+    this file open") although no writer exists anywhere.
+    """
+    path = tmp_path / "d.evs"
+    w = evs.Writer(path, "w")
+    w.append([1])
+    w.commit()
+    r, wfd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # a worker that does unrelated work for a while
+        os.close(wfd)
+        os.read(r, 1)
+        os._exit(0)
+    os.close(r)
+    try:
+        w.append([2])
+        w.close()
+        # no Writer is open anywhere now: the parent closed its one, the child never used it
+        with evs.Writer(path, "a") as w2:
+            w2.append([3])
+    finally:
+        os.write(wfd, b"x")
+        os.close(wfd)
+        os.waitpid(pid, 0)
+    assert [rec[0] for rec in evs.open(path)] == [1, 2, 3]
+
+
+def test_recover_is_not_blocked_by_a_forked_child_that_never_used_the_writer(tmp_path):
+    """Same defect seen through `evs.recover`: a file whose writer closed cleanly is reported
+    as held by "another writer" as long as any child forked during the writer's life runs."""
+    path = tmp_path / "d.evs"
+    w = evs.Writer(path, "w")
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(3)
+        os._exit(0)
+    try:
+        w.append([1])
+        w.close()
+        evs.recover(path)  # nothing to recover, but it must not say a writer holds it
+    finally:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+
+
+def _nested(depth: int) -> list:
+    x: list = []
+    for _ in range(depth):
+        x = [x]
+    return x
+
+
+@pytest.mark.parametrize("where", ["constructor", "set_metadata"])
+def test_deeply_nested_metadata_raises_encode_error_not_recursion_error(tmp_path, where):
+    """README: "Values that cannot be stored raise evs.EncodeError" and "Every error is an
+    evs.Error". Metadata nested 1000 deep (or 5000) escapes as a bare RecursionError."""
+    path = tmp_path / "m.evs"
+    md = {"a": _nested(5000)}
+    with pytest.raises(evs.EncodeError):
+        if where == "constructor":
+            evs.Writer(path, "w", metadata=md).close()
+        else:
+            with evs.Writer(path, "w") as w:
+                w.set_metadata(md)
+                w.commit()
