@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import stat
+
 import evalue_store as evs
 
 
@@ -43,3 +46,26 @@ def test_parallel_writers_with_their_own_patterns_get_their_own_manifests(tmp_pa
     evs.merge_manifests(str(tmp_path / "*.manifest.json"), str(tmp_path / "manifest.json"))
     ds = evs.open_shards(tmp_path / "manifest.json")
     assert len(ds) == 8, f"manifests {[m.name for m in manifests]}; merged dataset {len(ds)}"
+
+
+def test_manifests_are_as_readable_as_the_shards_they_list(tmp_path):
+    """TRAINING.md: close() "writes the manifest ... through a temporary file, fsync and
+    os.replace", and `EValueDataset("data/")` / `open_shards` read a dataset through it.
+
+    The shards are created with the usual permissions (0o666 & ~umask, here -rw-r--r--), but
+    the manifest keeps its temporary file's -rw------- (and so does merge_manifests' output):
+    any other user (a training job under another account, a shared data folder) can read
+    every shard but not open the dataset."""
+    old = os.umask(0o022)
+    try:
+        with evs.ShardWriter(str(tmp_path / "train-{:05d}.evs"), max_records=2) as w:
+            for i in range(3):
+                w.append([i])
+        evs.merge_manifests(str(tmp_path / "train.manifest.json"), str(tmp_path / "all.json"))
+    finally:
+        os.umask(old)
+    shard_mode = stat.S_IMODE((tmp_path / "train-00000.evs").stat().st_mode)
+    assert shard_mode == 0o644
+    for name in ("train.manifest.json", "all.json"):
+        mode = stat.S_IMODE((tmp_path / name).stat().st_mode)
+        assert mode == shard_mode, f"{name} is {oct(mode)}, its shards {oct(shard_mode)}"
