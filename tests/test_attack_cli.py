@@ -84,3 +84,44 @@ def test_copy_to_an_existing_out_does_not_drop_a_commit_made_during_the_copy(tmp
     assert refused or proc.returncode != 0, (
         "the copy replaced a file that a writer opened, appended to and committed during the copy"
     )
+
+
+def _limit_file_size():
+    import resource
+    import signal
+
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
+
+
+def test_a_full_disk_is_reported_against_the_output_not_the_input(tmp_path):
+    """CLI.md: "Errors are one line on stderr, `evalue-store: FILE: problem`".
+
+    When OUT cannot be written (disk full, quota; here a 1 MiB RLIMIT_FSIZE, which gives the
+    EFBIG that a quota gives), `copy` and `export` blame their *input*
+    ("evalue-store: big.evs: File too large" / "No space left on device"), which sends the user
+    off to check a file that is fine; `merge` names no file at all."""
+    src = tmp_path / "big.evs"
+    with evs.Writer(src, "w") as w:
+        for i in range(40):
+            w.append([i, np.full(20000, i)])
+    out = tmp_path / "out.evs"
+    cases = {
+        "copy": ["copy", str(src), "-o", str(out)],
+        "merge": ["merge", str(src), str(src), "-o", str(out)],
+        "export": ["export", str(src), "--to", str(tmp_path / "exp"), "--format", "jsonl"],
+    }
+    wrong = {}
+    for name, args in cases.items():
+        p = subprocess.run(
+            [sys.executable, "-m", "evalue_store", *args],
+            capture_output=True,
+            text=True,
+            preexec_fn=_limit_file_size,
+        )
+        assert p.returncode == 2, (name, p.returncode, p.stderr)
+        line = p.stderr.strip()
+        named = str(tmp_path / "exp") if name == "export" else str(out)
+        if named not in line:
+            wrong[name] = line
+    assert not wrong, f"the failing output is not named: {wrong}"
