@@ -69,3 +69,24 @@ def test_manifests_are_as_readable_as_the_shards_they_list(tmp_path):
     for name in ("train.manifest.json", "all.json"):
         mode = stat.S_IMODE((tmp_path / name).stat().st_mode)
         assert mode == shard_mode, f"{name} is {oct(mode)}, its shards {oct(shard_mode)}"
+
+
+def test_overwrite_does_not_leave_the_old_runs_extra_shards_to_be_read(tmp_path):
+    """TRAINING.md: "Shards are created with mode "x": rerunning a job into the same place
+    fails instead of mixing old and new shards (`overwrite=True` to replace)"; README reads
+    such a folder with `EValueDataset("data/")` ("one file, a glob, a list, a directory or a
+    manifest"; a directory without manifest.json means its *.evs files).
+
+    An `overwrite=True` rerun that writes fewer shards than the first run leaves the first
+    run's later shards in place, so the README's `EValueDataset("data/")` (or a glob) reads
+    3 new records followed by 6 old ones: exactly the mix the doc says cannot happen."""
+    pattern = str(tmp_path / "train-{:05d}.evs")
+    with evs.ShardWriter(pattern, max_records=2) as w:
+        for i in range(10):
+            w.append(["old", i])
+    with evs.ShardWriter(pattern, max_records=2, overwrite=True) as w:
+        for i in range(3):
+            w.append(["new", i])
+    for source in (tmp_path, str(tmp_path / "train-*.evs")):
+        got = [tuple(r) for r in evs.open_shards(source)]
+        assert got == [("new", 0), ("new", 1), ("new", 2)], (source, got)
