@@ -125,3 +125,39 @@ def test_a_full_disk_is_reported_against_the_output_not_the_input(tmp_path):
         if named not in line:
             wrong[name] = line
     assert not wrong, f"the failing output is not named: {wrong}"
+
+
+def test_a_killed_pack_append_leaves_the_old_file_so_a_retry_adds_each_record_once(tmp_path):
+    """README: "An output appears under its name only when complete (a failed, interrupted or
+    killed run leaves the old file or none)"; CLI.md: SIGKILL leaves "the *.partial file
+    behind, never anything under OUT's name".
+
+    `pack --append` writes its records into OUT itself; killed, it leaves them there as an
+    uncommitted tail, and the retry (or any later `Writer(OUT, "a")`) salvages and commits
+    them before appending everything again: OUT ends with the killed run's records twice
+    (the retry only notes "salvaged N records of a crashed writer first", exit 0)."""
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(200):
+        np.save(src / f"{i:04d}.npy", np.full(30_000, i, np.int64))
+    out = tmp_path / "out.evs"
+    with evs.Writer(out, "w") as w:
+        w.append([-1])
+    committed = os.path.getsize(out)
+    proc = _cli("pack", str(src), "-o", str(out), "--append", "-q")
+    while os.path.getsize(out) < committed + 5_000_000 and proc.poll() is None:
+        time.sleep(0.005)
+    proc.kill()
+    proc.wait()
+    assert len(evs.open(out)) == 1  # the killed run committed nothing
+    retry = subprocess.run(
+        [sys.executable, "-m", "evalue_store", "pack", str(src), "-o", str(out), "--append"],
+        capture_output=True,
+        text=True,
+    )
+    assert retry.returncode == 0, retry.stderr
+    ds = evs.open(out)
+    firsts = [int(np.asarray(ds[i][0]).flat[0]) for i in range(len(ds))]
+    assert firsts == [-1, *range(200)], (
+        f"{len(ds)} records, expected 201; retry said: {retry.stderr.strip()}"
+    )
