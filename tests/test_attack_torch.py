@@ -1,0 +1,49 @@
+"""Black-box attacks on the torch adapter (evalue_store.torch)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import evalue_store as evs
+
+
+@pytest.mark.parametrize("shuffle", [True, False])
+def test_iterable_dataset_does_not_allocate_what_a_manifest_claims(tmp_path, shuffle):
+    """THREAT_MODEL: "Shard manifests are JSON and hostile too" and a hostile file cannot
+    "Make the reader allocate what a header claims"; TRAINING.md: "When a shard opens, its
+    record count and footer digest must match the manifest; otherwise FormatError".
+
+    A 240-byte manifest that claims 2^33 records for a 3-record, 696-byte shard makes
+    ShardedIterableDataset allocate a 64 GiB index array (shuffled or not) before any shard
+    is opened and checked: MemoryError under a 1 GiB address-space cap; without one, 64 GiB
+    of memory to fill (an OOM kill) instead of a FormatError."""
+    with evs.ShardWriter(str(tmp_path / "s-{:03d}.evs"), max_records=5) as w:
+        for i in range(3):
+            w.append([i])
+    manifest = json.loads((tmp_path / "s.manifest.json").read_text())
+    manifest["records"] = manifest["shards"][0]["records"] = 1 << 33
+    evil = tmp_path / "evil.json"
+    evil.write_text(json.dumps(manifest))
+    script = textwrap.dedent(
+        f"""
+        import resource
+        pages = int(open('/proc/self/statm').read().split()[0])
+        import evalue_store as evs
+        from evalue_store.torch import ShardedIterableDataset
+        cap = pages * 4096 + (1 << 30)
+        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+        try:
+            ds = ShardedIterableDataset({str(evil)!r}, shuffle={shuffle}, seed=0, batch_size=4)
+            for _ in ds:
+                pass
+        except evs.FormatError as e:
+            print("FormatError", e)
+        """
+    )
+    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0 and p.stdout.startswith("FormatError"), (p.stdout, p.stderr[-500:])
