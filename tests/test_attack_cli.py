@@ -161,3 +161,20 @@ def test_a_killed_pack_append_leaves_the_old_file_so_a_retry_adds_each_record_on
     assert firsts == [-1, *range(200)], (
         f"{len(ds)} records, expected 201; retry said: {retry.stderr.strip()}"
     )
+
+
+def test_deeply_nested_metadata_argument_is_a_one_line_usage_error(tmp_path):
+    """README: "Exit codes: 0 ok, 1 data problems found, 2 usage error or unreadable input;
+    errors are one line, no traceback". `pack --metadata` with 2,000 nested brackets (a
+    valid JSON object) prints a full RecursionError traceback and exits 1."""
+    src = tmp_path / "a.npy"
+    np.save(src, np.arange(3))
+    md = '{"a": ' + "[" * 2000 + "]" * 2000 + "}"
+    p = subprocess.run(
+        [sys.executable, "-m", "evalue_store", "pack", str(src), "-o", str(tmp_path / "o.evs")]
+        + ["--metadata", md],
+        capture_output=True,
+        text=True,
+    )
+    assert p.returncode == 2, (p.returncode, p.stderr[-300:])
+    assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr[-300:]
