@@ -47,3 +47,25 @@ def test_iterable_dataset_does_not_allocate_what_a_manifest_claims(tmp_path, shu
     )
     p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0 and p.stdout.startswith("FormatError"), (p.stdout, p.stderr[-500:])
+
+
+@pytest.mark.parametrize("position", [500, 1.5])
+def test_load_state_dict_refuses_a_position_state_dict_would_refuse(tmp_path, position):
+    """TRAINING.md: loading a state "into a dataset that differs in any of them raises
+    ValueError rather than resuming inexactly"; `state_dict(consumed=104)` on 103 records
+    raises "position 104 is outside this rank's 103 records".
+
+    `load_state_dict` takes position 500 (then yields nothing at all, silently) or 1.5 (a
+    float: yields 102 records, as if 1), which the state_dict side would refuse or never
+    produce."""
+    from evalue_store.torch import ShardedIterableDataset
+
+    with evs.ShardWriter(str(tmp_path / "d-{:03d}.evs"), max_records=7) as w:
+        for i in range(103):
+            w.append([i])
+    ds = ShardedIterableDataset(str(tmp_path), shuffle=True, seed=1, batch_size=8)
+    state = ds.state_dict(consumed=16)
+    state["position"] = position
+    fresh = ShardedIterableDataset(str(tmp_path), shuffle=True, seed=1, batch_size=8)
+    with pytest.raises(ValueError):
+        fresh.load_state_dict(state)
