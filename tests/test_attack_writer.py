@@ -82,3 +82,40 @@ def test_deeply_nested_metadata_raises_encode_error_not_recursion_error(tmp_path
             with evs.Writer(path, "w") as w:
                 w.set_metadata(md)
                 w.commit()
+
+
+def test_a_reader_never_sees_a_new_file_before_its_header(tmp_path):
+    """THREAT_MODEL: "Readers take no lock. They see the last commit as of open()/refresh()
+    and never a partly written one"; FORMAT.md section 11: "the reference writer commits once
+    when it creates a file (commit 1, no records), so that a new file is at once a valid
+    container".
+
+    A new file is created in place (O_CREAT|O_EXCL under its own name), then its header and
+    first commit are written: a reader that opens it in between (a consumer polling for the
+    next shard, `open_shards` on a folder a job is writing, `evalue-store info` in a loop)
+    gets "FormatError: empty file, not an evalue_store container" (24 of 300 opens here).
+    A writer killed in that window leaves such a file for good. (Replacement with mode "w"
+    already goes through a temporary name and a rename.)"""
+    n = 300
+    pid = os.fork()
+    if pid == 0:
+        try:
+            for i in range(n):
+                with evs.Writer(tmp_path / f"f{i}.evs", "x") as w:
+                    w.append([i])
+                time.sleep(0.002)
+        finally:
+            os._exit(0)
+    errors = []
+    try:
+        for i in range(n):
+            path = tmp_path / f"f{i}.evs"
+            while not path.exists():
+                pass
+            try:
+                evs.open(path)
+            except evs.FormatError as e:
+                errors.append(str(e))
+    finally:
+        os.waitpid(pid, 0)
+    assert not errors, f"{len(errors)} of {n} opens of a new file failed, e.g. {errors[0]}"
