@@ -119,3 +119,31 @@ def test_a_reader_never_sees_a_new_file_before_its_header(tmp_path):
     finally:
         os.waitpid(pid, 0)
     assert not errors, f"{len(errors)} of {n} opens of a new file failed, e.g. {errors[0]}"
+
+
+def test_a_dataset_opened_by_a_relative_path_stays_on_its_file_after_chdir(tmp_path):
+    """README: "`refresh()` picks up newer commits; pickling sends only the path"; THREAT_MODEL:
+    refresh() "reports a change when the path now names another file".
+
+    A Dataset opened with a relative path keeps it relative: after `os.chdir` (Hydra changes
+    the working directory of every run, so do many launchers), `refresh()` silently switches
+    to whatever file that name means in the new directory, and a pickled copy (a DataLoader
+    worker under spawn) opens that other file too. `open_shards` and `EValueDataset` resolve
+    the path at open and keep reading the right file."""
+    import pickle
+
+    for name, value in (("a", "A"), ("b", "B")):
+        (tmp_path / name).mkdir()
+        with evs.Writer(tmp_path / name / "t.evs", "w") as w:
+            w.append([value])
+    old = os.getcwd()
+    try:
+        os.chdir(tmp_path / "a")
+        ds = evs.open("t.evs")
+        os.chdir(tmp_path / "b")
+        copy = pickle.loads(pickle.dumps(ds))
+        ds.refresh()
+        assert ds[0] == ["A"], "refresh() moved to another directory's file"
+        assert copy[0] == ["A"], "the pickled dataset opened another directory's file"
+    finally:
+        os.chdir(old)
