@@ -90,3 +90,23 @@ def test_overwrite_does_not_leave_the_old_runs_extra_shards_to_be_read(tmp_path)
     for source in (tmp_path, str(tmp_path / "train-*.evs")):
         got = [tuple(r) for r in evs.open_shards(source)]
         assert got == [("new", 0), ("new", 1), ("new", 2)], (source, got)
+
+
+def test_a_shard_writer_with_a_relative_pattern_survives_chdir(tmp_path):
+    """TRAINING.md: `ShardWriter("data/train-{:05d}.evs", ...)` rolls shards and writes a
+    manifest. With a relative pattern, an `os.chdir` during the job (Hydra and other
+    launchers change directory; so does user code) makes the next roll fail with
+    FileNotFoundError: the finished shard is looked up by its relative name in the new
+    directory. (`open_shards` resolves its paths at open; the Writer uses absolute paths.)"""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    old = os.getcwd()
+    try:
+        os.chdir(tmp_path / "a")
+        with evs.ShardWriter("s-{:03d}.evs", max_records=1) as w:
+            w.append([1])
+            os.chdir(tmp_path / "b")
+            w.append([2])
+    finally:
+        os.chdir(old)
+    assert [r[0] for r in evs.open_shards(tmp_path / "a" / "s.manifest.json")] == [1, 2]
