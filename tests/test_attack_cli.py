@@ -145,8 +145,13 @@ def test_a_killed_pack_append_leaves_the_old_file_so_a_retry_adds_each_record_on
         w.append([-1])
     committed = os.path.getsize(out)
     proc = _cli("pack", str(src), "-o", str(out), "--append", "-q")
-    while os.path.getsize(out) < committed + 5_000_000 and proc.poll() is None:
+
+    def written() -> int:  # into OUT or into a temporary file beside it
+        return sum(os.path.getsize(p) for p in tmp_path.glob("out.evs*"))
+
+    while written() < committed + 5_000_000 and proc.poll() is None:
         time.sleep(0.005)
+    assert proc.poll() is None, "the pack ended before it could be killed"
     proc.kill()
     proc.wait()
     assert len(evs.open(out)) == 1  # the killed run committed nothing

@@ -12,7 +12,7 @@ import re
 import zipfile
 from collections import Counter
 from collections.abc import Iterator
-from typing import Any, Callable
+from typing import Any, BinaryIO, Callable
 
 import numpy as np
 from tqdm import tqdm
@@ -66,8 +66,10 @@ def npz_source(path: str, args: argparse.Namespace, fields: Counter) -> Source:
     """One record per .npz file: its arrays in the order they are stored in the archive."""
     numpy_file(path, b"PK", "a .npz file (a zip archive of .npy arrays)")
     with np.load(path, allow_pickle=False) as npz:
-        fields[tuple(npz.files)] += 1
-        yield path, [scalar_or_array(npz[name]) for name in npz.files]
+        # By member name: numpy's key "a.npy" may mean the member of "a" or of "a.npy".
+        members = npz.zip.namelist()
+        fields[tuple(name.removesuffix(".npy") for name in members)] += 1
+        yield path, [scalar_or_array(npz[name]) for name in members]
 
 
 def npy_source(path: str, args: argparse.Namespace, fields: Counter) -> Source:
@@ -327,6 +329,8 @@ def export_records(ds: evs.Dataset, args: argparse.Namespace, bar: tqdm) -> int:
                 keys = names if isinstance(names, list) and len(names) == len(record) else None
                 keys = keys or [f"arr_{k}" for k in range(len(record))]
                 arrays = {str(key): npz_value(v) for key, v in zip(keys, record)}
+                if any("\0" in key for key in arrays):  # a zip member name ends at a NUL
+                    raise evs.EncodeError("a field name holding NUL has no .npz form")
         except evs.EncodeError as exc:
             raise CliError(ds.path, f"record {i}: {exc}") from None
         suffix = ".bin" if args.format == "java" else ".npz"
@@ -335,11 +339,22 @@ def export_records(ds: evs.Dataset, args: argparse.Namespace, bar: tqdm) -> int:
             if args.format == "java":
                 out.write(data)
             else:
-                np.savez(out, **arrays)
+                write_npz(out, arrays)
         bar.update()
         if i == n - 1:
             fsync_dir(path)  # every name at once
     return n
+
+
+def write_npz(out: BinaryIO, arrays: dict[str, np.ndarray]) -> None:
+    """What np.savez writes, for any key: savez takes its own keywords (file, allow_pickle)
+    from among the names and leaves a name ending in .npy as it is, so that "a.npy" and "a"
+    would both become the member a.npy. Here every member is the key plus ".npy", which
+    np.load strips again."""
+    with zipfile.ZipFile(out, "w", allowZip64=True) as archive:
+        for key, array in arrays.items():
+            with archive.open(key + ".npy", "w", force_zip64=True) as member:
+                np.lib.format.write_array(member, array, allow_pickle=False)
 
 
 def _export_args(p: argparse.ArgumentParser) -> None:
