@@ -57,6 +57,7 @@ class Dataset:
         if backend not in ("mmap", "pread"):
             raise ValueError(f"backend must be 'mmap' or 'pread', not {backend!r}")
         self.path = os.fspath(path)
+        self._file = os.path.abspath(self.path)  # resolved now: refresh() ignores a chdir
         self.backend = backend
         self.verify_reads = verify
         self.cache_bytes = cache_bytes
@@ -79,7 +80,7 @@ class Dataset:
         (abort, recovery) while the tail is searched: a FormatError from a file whose size
         changed meanwhile is that race, and the open is tried again."""
         for attempt in range(OPEN_ATTEMPTS):
-            fd = bounded.open_regular(self.path)
+            fd = bounded.open_regular(self._file)
             try:
                 st = os.fstat(fd)
             except BaseException:
@@ -88,7 +89,7 @@ class Dataset:
             try:
                 self._load_from(fd, st.st_size)  # closes fd
             except FormatError:
-                now = os.stat(self.path)
+                now = os.stat(self._file)
                 same = (now.st_size, now.st_mtime_ns, now.st_ino) == (
                     st.st_size,
                     st.st_mtime_ns,
@@ -172,7 +173,7 @@ class Dataset:
 
     def __getstate__(self) -> dict:
         return {
-            "path": self.path,
+            "path": self._file,  # the file this one reads, wherever the copy runs from
             "backend": self.backend,
             "verify": self.verify_reads,
             "cache_bytes": self.cache_bytes,
@@ -183,7 +184,7 @@ class Dataset:
 
     def __setstate__(self, state: dict) -> None:
         # Reopen lazily: a DataLoader pickles the dataset into every worker before use.
-        self.path = state["path"]
+        self.path = self._file = state["path"]
         self.backend = state["backend"]
         self.verify_reads = state["verify"]
         self.cache_bytes = state["cache_bytes"]
