@@ -7,8 +7,8 @@ import copy
 import gc
 import multiprocessing
 import os
-import shutil
 import pickle
+import shutil
 import subprocess
 import sys
 import textwrap

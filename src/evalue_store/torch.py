@@ -337,6 +337,7 @@ class ShardedIterableDataset(IterableDataset):
             a, b = max(lo - pos, 0), min(hi - pos, n)
             pos += n
             if a < b:
+                self.data.shard(int(k))  # opened, so n is checked before n indices are made
                 if self.shuffle:  # the same for every rank: it depends on (seed, epoch, k)
                     local = np.random.default_rng([self.seed, epoch, int(k)]).permutation(n)[a:b]
                 else:
@@ -430,6 +431,9 @@ class ShardedIterableDataset(IterableDataset):
                 f"state was saved for {saved}, this dataset is {self._fingerprint()}: "
                 "resuming would not be exact"
             )
+        position = state.get("position")
+        if type(position) is not int or not 0 <= position <= len(self):
+            raise ValueError(f"position {position!r} is not one of this rank's {len(self)} records")
         self._shared[0] = state["epoch"]
-        self._shared[1] = state["position"]
+        self._shared[1] = position
         self._position = None

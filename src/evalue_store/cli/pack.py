@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import glob
 import json
+import math
 import os
 import re
 import zipfile
@@ -68,12 +69,33 @@ def npz_source(path: str, args: argparse.Namespace, fields: Counter) -> Source:
     with np.load(path, allow_pickle=False) as npz:
         # By member name: numpy's key "a.npy" may mean the member of "a" or of "a.npy".
         members = npz.zip.namelist()
+        for name in members:
+            with npz.zip.open(name) as member:
+                check_npy_size(member, npz.zip.getinfo(name).file_size, f"member {name}: ")
         fields[tuple(name.removesuffix(".npy") for name in members)] += 1
         yield path, [scalar_or_array(npz[name]) for name in members]
 
 
+def check_npy_size(f: BinaryIO, size: int, where: str = "") -> None:
+    """Refuse an array whose header claims more data than the ``size`` bytes there are:
+    numpy allocates what the header says before reading (ValueError)."""
+    version = np.lib.format.read_magic(f)
+    read_header = np.lib.format.read_array_header_1_0
+    if version != (1, 0):
+        read_header = np.lib.format.read_array_header_2_0
+    shape, _, dtype = read_header(f)
+    claimed = math.prod(shape) * dtype.itemsize
+    if claimed > size - f.tell():
+        raise ValueError(
+            f"{where}its header claims {claimed:,} bytes of data ({shape}, {dtype}); "
+            f"there are {max(size - f.tell(), 0):,}"
+        )
+
+
 def npy_source(path: str, args: argparse.Namespace, fields: Counter) -> Source:
     numpy_file(path, b"\x93NUMPY", "a .npy file")
+    with open(path, "rb") as f:
+        check_npy_size(f, os.fstat(f.fileno()).st_size)
     yield path, [scalar_or_array(np.load(path, allow_pickle=False))]
 
 
@@ -130,6 +152,8 @@ def jsonl_source(path: str, args: argparse.Namespace, fields: Counter) -> Source
                         raise ValueError(f"value {k}: {exc}") from None
             except ValueError as exc:
                 raise CliError(where, str(exc)) from None
+            except RecursionError:
+                raise CliError(where, "lists nested too deeply") from None
             yield where, record
 
 
