@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import stat
 
+import pytest
+
 import evalue_store as evs
 
 
@@ -110,3 +112,9 @@ def test_a_shard_writer_with_a_relative_pattern_survives_chdir(tmp_path):
     finally:
         os.chdir(old)
     assert [r[0] for r in evs.open_shards(tmp_path / "a" / "s.manifest.json")] == [1, 2]
+
+
+def test_a_pattern_with_two_placeholders_is_a_clear_value_error(tmp_path):
+    """ShardWriter("x-{}-{}.evs") raised a bare IndexError from str.format."""
+    with pytest.raises(ValueError, match="one placeholder"):
+        evs.ShardWriter(str(tmp_path / "x-{}-{}.evs"))

@@ -147,3 +147,12 @@ def test_a_dataset_opened_by_a_relative_path_stays_on_its_file_after_chdir(tmp_p
         assert copy[0] == ["A"], "the pickled dataset opened another directory's file"
     finally:
         os.chdir(old)
+
+
+@pytest.mark.parametrize("alignment", [64.0, "64", True])
+def test_an_alignment_that_is_no_int_is_a_clear_error(tmp_path, alignment):
+    """Writer(alignment=64.0) or "64" failed inside the power-of-two check with an unrelated
+    TypeError about operands; True was taken for the int 1."""
+    with pytest.raises((TypeError, ValueError), match="alignment must be"):
+        evs.Writer(tmp_path / "a.evs", "w", alignment=alignment)
+    assert not (tmp_path / "a.evs").exists()

@@ -6,6 +6,7 @@ import contextlib
 import errno
 import functools
 import json
+import numbers
 import os
 import stat
 import threading
@@ -99,7 +100,9 @@ def _serialized(method: Any) -> Any:
 
 
 def _check_alignment(alignment: int) -> None:
-    if not valid_alignment(alignment):
+    if isinstance(alignment, bool) or not isinstance(alignment, numbers.Integral):
+        raise TypeError(f"alignment must be an int, not {alignment!r}")
+    if not valid_alignment(int(alignment)):
         raise ValueError(f"alignment must be a power of two in [8, 65536], not {alignment}")
 
 
@@ -245,7 +248,7 @@ class Writer(WriterFields):
     def _open_existing(self, size: int, new_metadata: bool, alignment: int) -> None:
         state = open_for_append(self._fd, size, self.path)
         if isinstance(state, Restart):  # nothing was ever committed: start it afresh
-            side = side_file(self.path, 0, os.pread(self._fd, size, 0))
+            side = side_file(self.path, self._fd, 0, size)
             os.ftruncate(self._fd, 0)  # no reader can have opened it: it has no commit
             self._create(alignment, "zstd", state.dictionary)
             self.salvage = Salvage(0, 0, size, size, side)

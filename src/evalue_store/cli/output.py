@@ -21,6 +21,9 @@ from .render import PROG, CliError
 
 LOCKED = "a running writer has this file open; not replaced (wait until it exits)"
 
+# Errors of a write that mean "no room for OUT": blamed on OUT, not on the command's input.
+OUT_OF_SPACE = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT}
+
 # OUTs that --force replaces, by path: their writer lock, taken when refuse_overwrite checks
 # them and held until the rename, so that no writer can open one and commit while the run
 # works (its commit would be lost to the replacement, or missed when OUT is also the input).
@@ -115,10 +118,12 @@ def replacing(path: str, *, clobber: bool = True, durable: bool = True) -> Itera
                 os.rename(temp, path)
             if durable:
                 fsync_dir(path)
-    except BaseException:
+    except BaseException as exc:
         release(path)
         with suppress(FileNotFoundError):
             os.unlink(temp)
+        if isinstance(exc, OSError) and exc.errno in OUT_OF_SPACE and exc.filename is None:
+            raise CliError(path, exc.strerror or str(exc)) from None  # not the input's fault
         raise
 
 
