@@ -69,3 +69,13 @@ def test_load_state_dict_refuses_a_position_state_dict_would_refuse(tmp_path, po
     fresh = ShardedIterableDataset(str(tmp_path), shuffle=True, seed=1, batch_size=8)
     with pytest.raises(ValueError):
         fresh.load_state_dict(state)
+
+
+@pytest.mark.parametrize("second", [{"a": 1}, {"a": 1, "b": 2, "c": 3}, {"a": 1, "c": 2}])
+def test_collate_names_dict_samples_whose_fields_differ(second):
+    """collate took the first sample's keys: a missing one was a bare KeyError, an extra one
+    was dropped without a word."""
+    from evalue_store.torch import collate
+
+    with pytest.raises(ValueError, match="sample 1 of the batch has fields"):
+        collate([{"a": 0, "b": 1}, second])

@@ -203,6 +203,13 @@ def collate(
 
     first = batch[0]
     if isinstance(first, Mapping):
+        for i, sample in enumerate(batch):
+            if not isinstance(sample, Mapping) or sample.keys() != first.keys():
+                keys = sorted(map(str, sample.keys())) if isinstance(sample, Mapping) else None
+                raise ValueError(
+                    f"sample {i} of the batch has fields {keys}, sample 0 has "
+                    f"{sorted(map(str, first.keys()))}"
+                )
         return {key: field(key, [s[key] for s in batch]) for key in first}
     if isinstance(first, (list, tuple)):
         if any(len(s) != len(first) for s in batch):
