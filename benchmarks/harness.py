@@ -212,6 +212,10 @@ def _summary(r: dict[str, Any]) -> str:
         f"get_many {r['batch_us_per_rec']:.1f} µs/rec, scan {r['scan_rec_s']:,.0f} rec/s "
         f"({r['wall_s']:.1f} s)"
     )
+    if "get_batch_us_per_rec" in r:
+        text += f", get_batch {r['get_batch_us_per_rec']:.2f} µs/rec"
+    if "columns_write_rec_s" in r:
+        text += f", columnar write {r['columns_write_rec_s']:,.0f} rec/s"
     if "check" in r:
         text += f", check {r['check']}"
     return text

@@ -1,7 +1,9 @@
 """The worker side: measures one adapter on one workload, inside its own process.
 
-Phases: generate the records, write them (repeated), drop the records, then open, random get,
-batched get_many, sequential scan (each repeated), and optionally check every record. Peak RSS
+Phases: generate the records, write them (repeated; and as columns, for formats with a
+columnar write), drop the records, then open, random get, batched get_many, get_batch (a
+batch as stacked columns, for formats with one), sequential scan (each repeated), and
+optionally check every record. Peak RSS
 is taken per phase from the kernel's high-water mark (VmHWM), which is reset between phases.
 """
 
@@ -35,7 +37,7 @@ QUICK = Settings(repeats=2, budget_s=1.0, max_reads=2_000)
 
 # Which phases run: every phase for W1-W3; the scaling points need fewer.
 PHASES = {
-    "all": ("write", "open", "get", "get_many", "scan"),
+    "all": ("write", "write_columns", "open", "get", "get_many", "get_batch", "scan"),
     "open_get": ("write", "open", "get"),  # scaling by record count
     "write": ("write",),  # scaling by record size
 }
@@ -226,6 +228,8 @@ def _measure(
         files=files,
         peak_rss_write_mb=peak_rss_mb(),
     )
+    if "write_columns" in phases and adapter.columnar:
+        _measure_columns(adapter, data, settings, path, result)
     del data
     gc.collect()
     if "open" not in phases:
@@ -258,6 +262,8 @@ def _measure(
     )
     if "get_many" in phases:
         _measure_batches(adapter, workload, settings, order, result)
+    if "get_batch" in phases and adapter.batched:
+        _measure_get_batch(adapter, workload, settings, order, result)
     if "scan" in phases:
         _measure_scan(adapter, workload, settings, payload, result)
     result.update(peak_rss_read_mb=peak_rss_mb(), loadavg_1m_end=os.getloadavg()[0])
@@ -284,6 +290,64 @@ def _measure_batches(
         batch_rec_s=_median([p["rec_s"] for p in many]),
         batch_reads=int(sum(p["count"] for p in many)),
     )
+
+
+def _measure_columns(
+    adapter: Adapter, data: Data, settings: Settings, path: Path, result: dict[str, Any]
+) -> None:
+    """The columnar write: the same records given as columns, into a scratch path (the
+    record-by-record write's file is the one read afterwards)."""
+    scratch = path.with_name(path.name + "-columns")
+    times: list[float] = []
+    start = time.perf_counter()
+    for _ in range(settings.repeats):
+        _remove(scratch)
+        gc.collect()
+        t0 = time.perf_counter()
+        adapter.write_columns(data.columns, scratch)
+        times.append(time.perf_counter() - t0)
+        if time.perf_counter() - start > settings.budget_s:
+            break
+    _remove(scratch)
+    result["columns_write_rec_s"] = data.workload.n / _median(times)
+
+
+def touch_batch(batch: list) -> float:
+    """As ``touch``, for a batch: a few elements of each stacked array, each list's length."""
+    acc = 0.0
+    for column in batch:
+        if isinstance(column, np.ndarray):
+            flat = column.reshape(-1)
+            acc += float(flat[0]) + float(flat[-1]) if flat.size else 0.0
+        else:
+            acc += len(column)
+    return acc
+
+
+def _measure_get_batch(
+    adapter: Adapter,
+    workload: Workload,
+    settings: Settings,
+    order: list[int],
+    result: dict[str, Any],
+) -> None:
+    size = min(workload.batch_size, workload.n)
+    batches = [order[j : j + size] for j in range(0, len(order) - size + 1, size)]
+
+    def one_pass(budget_s: float) -> dict[str, float]:
+        times: list[float] = []
+        deadline = time.perf_counter() + budget_s
+        sink = 0.0
+        for indices in batches:
+            t0 = time.perf_counter()
+            sink += touch_batch(adapter.get_batch(indices))
+            times.append(time.perf_counter() - t0)
+            if time.perf_counter() > deadline:
+                break
+        return {"p50_us": float(np.percentile(times, 50)) * 1e6 / size}
+
+    passes = _passes(settings, one_pass)
+    result["get_batch_us_per_rec"] = _median([p["p50_us"] for p in passes])
 
 
 def _measure_scan(
@@ -320,6 +384,17 @@ def check_adapter(adapter: Adapter, workload: Workload, path: Path) -> str:
                 continue
             for i, record in zip(indices, got):
                 problem = check_record(data.record(i), record, f"get_many[{i}]")
+                if problem:
+                    problems.append(problem)
+        for j in range(0, workload.n, size) if adapter.batched else ():
+            indices = order[j : j + size]
+            batch = adapter.get_batch(indices)
+            for row, i in enumerate(indices):
+                record = [
+                    int(column[row]) if f.kind == "int" else column[row]
+                    for f, column in zip(workload.fields, batch)
+                ]
+                problem = check_record(data.record(i), record, f"get_batch[{i}]")
                 if problem:
                     problems.append(problem)
         count = 0

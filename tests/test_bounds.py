@@ -15,7 +15,6 @@ import struct
 import subprocess
 import sys
 import textwrap
-import zlib
 from dataclasses import replace
 from pathlib import Path
 
@@ -33,7 +32,7 @@ from evalue_store.container import (
     Commit,
     Segment,
     align_up,
-    crc32,
+    crc32c,
     encode_footer,
 )
 
@@ -126,7 +125,7 @@ def _one_record_parts(path: Path) -> tuple[bytes, int, int, int, int]:
 def _zeros_crc(n: int) -> int:
     crc, block = 0, bytes(MiB)
     for at in range(0, n, MiB):
-        crc = zlib.crc32(block[: min(MiB, n - at)], crc)
+        crc = crc32c(block[: min(MiB, n - at)], crc)
     return crc
 
 
@@ -139,7 +138,7 @@ def zstd_zero_index(path: Path, zeros: int = 4 * MiB, frames: int = 1) -> Path:
     segments = (Segment(segment, n, _zeros_crc(n * 24), 0),)
     commit = Commit(number, n, footer_at, 0, prev, 0, 0, 0, segments)
     gap = bytes(footer_at - segment - frames * zeros)
-    suffix = gap + encode_footer(footer_at, data[24:40], commit)
+    suffix = gap + encode_footer(footer_at, data[24:40], commit, crc32c)
     path.write_bytes(_seekable_file([data[:segment], None, suffix], frames, zeros))
     return path
 
@@ -151,9 +150,13 @@ def zstd_padding_run(path: Path, frames: int = 16) -> Path:
     entry = data[segment : segment + 24]
     seg_at = segment + frames * ZERO_FRAME
     footer_at = align_up(seg_at + 24, 64)
-    segments = (Segment(seg_at, 1, crc32(entry), 0),)
+    segments = (Segment(seg_at, 1, crc32c(entry), 0),)
     commit = Commit(number, 1, footer_at, 0, prev, 0, 0, 0, segments)
-    suffix = entry + bytes(footer_at - seg_at - 24) + encode_footer(footer_at, data[24:40], commit)
+    suffix = (
+        entry
+        + bytes(footer_at - seg_at - 24)
+        + encode_footer(footer_at, data[24:40], commit, crc32c)
+    )
     path.write_bytes(_seekable_file([data[:segment], None, suffix], frames))
     return path
 
@@ -166,9 +169,9 @@ def with_metadata(path: Path, meta: bytes) -> Path:
     data += bytes(meta_at - len(data)) + meta
     footer_at = align_up(len(data), 64)
     data += bytes(footer_at - len(data))
-    seg = Segment(segment, 1, crc32(data[segment : segment + 24]), 0)
-    commit = Commit(number, 1, footer_at, 0, prev, meta_at, len(meta), crc32(meta), (seg,))
-    path.write_bytes(bytes(data) + encode_footer(footer_at, data[24:40], commit))
+    seg = Segment(segment, 1, crc32c(data[segment : segment + 24]), 0)
+    commit = Commit(number, 1, footer_at, 0, prev, meta_at, len(meta), crc32c(meta), (seg,))
+    path.write_bytes(bytes(data) + encode_footer(footer_at, data[24:40], commit, crc32c))
     return path
 
 
@@ -199,7 +202,7 @@ def zstd_tail_of_zero_frames(path: Path, frames: int = 24) -> Path:
 def _search_cost(monkeypatch, path: Path) -> tuple[int, int, str]:
     """(bytes read, bytes checksummed, outcome) of opening ``path``."""
     counts = {"read": 0, "crc": 0}
-    original_read, original_crc = plain.PreadSource.read, container.crc32
+    original_read, original_crc = plain.PreadSource.read, container.crc32c
 
     def counted_read(self, offset, n):
         counts["read"] += n
@@ -210,7 +213,7 @@ def _search_cost(monkeypatch, path: Path) -> tuple[int, int, str]:
         return original_crc(data, start)
 
     monkeypatch.setattr(plain.PreadSource, "read", counted_read)
-    monkeypatch.setattr(container, "crc32", counted_crc)
+    monkeypatch.setattr(container, "crc32c", counted_crc)
     try:
         with evs.open(path, backend="pread") as ds:
             outcome = f"{len(ds)} records"
@@ -658,7 +661,7 @@ def _with_last_commit(path: Path, block: bytes, make_commit) -> Path:
     at = len(data)
     data += block + bytes(-len(block) % 64)
     commit = replace(make_commit(at, number + 1, footer), footer_offset=len(data))
-    path.write_bytes(bytes(data) + encode_footer(len(data), bytes(data[24:40]), commit))
+    path.write_bytes(bytes(data) + encode_footer(len(data), bytes(data[24:40]), commit, crc32c))
     return path
 
 
@@ -680,7 +683,7 @@ def test_an_index_pointing_many_entries_at_one_record_is_read_once(tmp_path):
         path,
         segment,
         lambda at, n, prev: Commit(
-            n, 2000, 0, 0, prev, 0, 0, 0, (Segment(at, 2000, crc32(segment), 0),)
+            n, 2000, 0, 0, prev, 0, 0, 0, (Segment(at, 2000, crc32c(segment), 0),)
         ),
     )
     for backend in ("mmap", "pread"):
@@ -706,7 +709,7 @@ def test_overlapping_segments_in_one_footer_are_refused_at_open(tmp_path):
         path,
         entry,
         lambda at, n, prev: Commit(
-            n, 2, 0, 0, prev, 0, 0, 0, (Segment(at, 1, crc32(entry), 0),) * 2
+            n, 2, 0, 0, prev, 0, 0, 0, (Segment(at, 1, crc32c(entry), 0),) * 2
         ),
     )
     with pytest.raises(evs.FormatError, match="index segments overlap"):
@@ -736,14 +739,14 @@ def test_earlier_footers_naming_overlapping_blocks_are_checked_once(tmp_path):
         number += 1
         commit = Commit(number, count, len(data), 0, prev, 0, 0, 0, (seg,))
         prev = len(data)
-        data += encode_footer(len(data), file_id, commit)
+        data += encode_footer(len(data), file_id, commit, crc32c)
         data += bytes(-len(data) % 64)
     seg_at = len(data)
     data += real_entry + bytes(-(len(data) + 24) % 64)
     commit = Commit(
-        number + 1, 1, len(data), 0, prev, 0, 0, 0, (Segment(seg_at, 1, crc32(real_entry), 0),)
+        number + 1, 1, len(data), 0, prev, 0, 0, 0, (Segment(seg_at, 1, crc32c(real_entry), 0),)
     )
-    data += encode_footer(len(data), file_id, commit)
+    data += encode_footer(len(data), file_id, commit, crc32c)
     path.write_bytes(bytes(data))
     out = _child(
         """

@@ -230,6 +230,8 @@ def test_info_head_show(packed):
         "last_commit",
         "segments",
         "alignment",
+        "format_version",
+        "checksum",
         "writer",
         "created",
         "file_id",
@@ -239,6 +241,8 @@ def test_info_head_show(packed):
         "problems",
     } == set(info)
     assert info["records"] == 12 and info["file_bytes"] == os.path.getsize(out)
+    assert (info["format_version"], info["checksum"]) == ("1.1", "crc32c")
+    assert "format         1.1, CRC-32C checksums\n" in text
     # One pack is one commit; the empty commit that creates every file is not counted.
     assert info["commits"] == 1 and info["last_commit"] == 2 and "commits        1\n" in text
     assert not info["compressed"] and info["logical_bytes"] == info["file_bytes"]
@@ -975,3 +979,23 @@ def test_export_without_hard_links_still_never_overwrites(packed, tmp_path, monk
     error = run("export", out, "--to", folder, "--format", "java", code=2, inprocess=True).stderr
     assert "000000.bin: already exists; use --force to overwrite" in error
     assert len(os.listdir(folder)) == 12  # nothing left behind
+
+
+def test_format_version_of_new_and_appended_outputs(packed, tmp_path):
+    """docs/CLI.md: a new OUT is 1.1 unless --format-version 1.0; pack --append keeps OUT's
+    version; copy converts between them, record bytes unchanged."""
+    out, records = packed
+    old, back = tmp_path / "old.evs", tmp_path / "back.evs"
+    run("copy", out, "-o", old, "--format-version", "1.0", inprocess=True)
+    run("pack", tmp_path / "samples", "-o", old, "--append", inprocess=True)
+    run("copy", old, "-o", back, inprocess=True)
+    zst = tmp_path / "old.evs.zst"
+    run("compress", old, "-o", zst, "--format-version", "1.0", inprocess=True)
+    with evs.open(out) as a, evs.open(old) as b, evs.open(back) as c, evs.open(zst) as z:
+        assert [ds.header.version for ds in (a, b, c, z)] == ["1.1", "1.0", "1.1", "1.0"]
+        assert len(b) == len(c) == len(z) == 2 * len(a)
+        assert all(bytes(b.raw(i)) == bytes(c.raw(i)) == bytes(z.raw(i)) for i in range(len(b)))
+        assert all(bytes(a.raw(i)) == bytes(b.raw(i)) for i in range(len(a)))
+        assert b.verify().ok and c.verify().ok and z.verify().ok
+    proc = run("copy", out, "-o", tmp_path / "x.evs", "--format-version", "2.0", code=2)
+    assert "--format-version" in proc.stderr

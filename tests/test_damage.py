@@ -247,14 +247,14 @@ def test_read_with_verify_detects_payload_flip_without_verify_call(tmp_path):
 def rewrite_footer(path, **changes) -> None:
     """Re-sign the last footer with changed fields: what a hostile writer can produce."""
     ds = evs.open(path)
-    commit, file_id = ds.commit, ds.header.file_id
+    commit, header = ds.commit, ds.header
     ds.close()
     from dataclasses import replace
 
     new = replace(commit, **changes)
     data = bytearray(path.read_bytes())
     del data[commit.footer_offset :]
-    data += encode_footer(commit.footer_offset, file_id, new)
+    data += encode_footer(commit.footer_offset, header.file_id, new, header.checksum)
     path.write_bytes(data)
 
 
@@ -322,8 +322,6 @@ def test_hostile_index_entries_and_record_headers(tmp_path):
 
 
 def test_hostile_tensor_dims_claiming_terabytes(tmp_path):
-    import zlib
-
     from evalue_store.container import FRAME
 
     path = tmp_path / "t.evs"
@@ -332,12 +330,13 @@ def test_hostile_tensor_dims_claiming_terabytes(tmp_path):
     ds = evs.open(path)
     offset, length = int(ds.entries()["offset"][0]), int(ds.entries()["length"][0])
     segment = ds.commit.segments[0].offset
+    checksum = ds.header.checksum
     ds.close()
     for dim in (1 << 40, 1 << 62, (1 << 64) - 1):
         data = bytearray(path.read_bytes())
         payload = bytearray(data[offset + 16 : offset + 16 + length])
         struct.pack_into("<Q", payload, 8, dim)  # u32 count, tag, dtype, rank, flags, dims
-        crc = zlib.crc32(payload)
+        crc = checksum(payload)
         data[offset + 16 : offset + 16 + length] = payload
         FRAME.pack_into(data, offset, b"EVR1", crc, length)
         ENTRY.pack_into(data, segment, offset, length, crc, 0)  # a consistent, signed lie

@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import evalue_store as evs
-from evalue_store.container import align_up, crc32, encode_footer
+from evalue_store.container import align_up, crc32c, encode_footer
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "tests" / "fuzz_corpus"
@@ -283,7 +283,8 @@ def test_appending_after_the_last_possible_commit_number_is_a_format_error(tmp_p
         commit, file_id = ds.commit, ds.header.file_id
     data = bytearray(path.read_bytes())
     del data[commit.footer_offset :]
-    data += encode_footer(commit.footer_offset, file_id, replace(commit, number=(1 << 64) - 1))
+    last = replace(commit, number=(1 << 64) - 1)
+    data += encode_footer(commit.footer_offset, file_id, last, crc32c)
     path.write_bytes(data)
     with evs.open(path) as ds:
         assert ds[0] == [1]
@@ -348,10 +349,10 @@ def _with_metadata(path: Path, meta: bytes) -> None:
         commit,
         metadata_offset=meta_at,
         metadata_length=len(meta),
-        metadata_crc=crc32(meta),
+        metadata_crc=crc32c(meta),
         footer_offset=footer_at,
     )
-    data += encode_footer(footer_at, file_id, new)
+    data += encode_footer(footer_at, file_id, new, crc32c)
     path.write_bytes(data)
 
 

@@ -27,6 +27,7 @@ def block(after: str) -> str:
     [
         "## API tour",
         "### Named records",
+        "### Batches and columns",
         "### Compression",
         "most of what whole-file compression",
         "### Java interchange",

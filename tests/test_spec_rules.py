@@ -13,12 +13,14 @@ import evalue_store as evs
 from evalue_store.codec import MAX_VALUES, decode_payload, encode_record
 from evalue_store.container import (
     ENTRY,
+    FLAG_CRC32C,
     FRAME,
     FRAME_MAGIC,
     Commit,
     Segment,
     align_up,
-    crc32,
+    checksum_function,
+    crc32c,
     encode_footer,
     encode_header,
 )
@@ -27,10 +29,13 @@ from evalue_store.seekable import EMPTY_CHECKSUM, encode_seek_table, new_compres
 FILE_ID = bytes(range(16))
 
 
-def container(payloads, alignment=64, crc_of=crc32, **footer) -> bytes:
-    """A plain container with one commit holding ``payloads``; ``crc_of(payload)`` is the
-    checksum written in frame and index; ``footer`` overrides fields of the commit."""
-    data = bytearray(encode_header(alignment, FILE_ID, 0, "test"))
+def container(payloads, alignment=64, crc_of=None, flags=FLAG_CRC32C, **footer) -> bytes:
+    """A plain container with one commit holding ``payloads``, of the format ``flags`` name
+    (1.1 by default); ``crc_of(payload)`` is the checksum written in frame and index (the
+    file's function by default); ``footer`` overrides fields of the commit."""
+    checksum = checksum_function(flags)
+    crc_of = crc_of or checksum
+    data = bytearray(encode_header(alignment, FILE_ID, 0, "test", flags))
     entries = bytearray()
     for payload in payloads:
         data += bytes(align_up(len(data), alignment) - len(data))
@@ -38,16 +43,16 @@ def container(payloads, alignment=64, crc_of=crc32, **footer) -> bytes:
         entries += ENTRY.pack(len(data), len(payload), crc, 0)
         data += FRAME.pack(FRAME_MAGIC, crc, len(payload)) + payload
     data += bytes(align_up(len(data), alignment) - len(data))
-    segment = Segment(len(data), len(payloads), crc32(entries), 0)
+    segment = Segment(len(data), len(payloads), checksum(entries), 0)
     data += entries
     data += bytes(align_up(len(data), alignment) - len(data))
     commit = Commit(1, len(payloads), len(data), 0, 0, 0, 0, 0, (segment,))
     commit = replace(commit, **footer)
-    return bytes(data + encode_footer(commit.footer_offset, FILE_ID, commit))
+    return bytes(data + encode_footer(commit.footer_offset, FILE_ID, commit, checksum))
 
 
 def payload_of(values, alignment=64) -> bytearray:
-    chunks, length, _ = encode_record(values, alignment)
+    chunks, length, _ = encode_record(values, alignment, crc32c)
     return bytearray(b"".join(bytes(c) for c in chunks)[16 : 16 + length])
 
 
@@ -89,11 +94,11 @@ def test_non_zero_tensor_padding_is_rejected_by_every_read_path(tmp_path, backen
 
 def test_values_per_record_at_most_2_20(tmp_path):
     """FORMAT.md "Limits": a record holds at most 2^20 values, for writers and readers."""
-    chunks, length, _ = encode_record([None] * MAX_VALUES, 64)
+    chunks, length, _ = encode_record([None] * MAX_VALUES, 64, crc32c)
     frame = b"".join(bytes(c) for c in chunks)
     assert len(decode_payload(frame, 0, length, 64)) == MAX_VALUES
     with pytest.raises(evs.EncodeError):
-        encode_record([None] * (MAX_VALUES + 1), 64)
+        encode_record([None] * (MAX_VALUES + 1), 64, crc32c)
     over = struct.pack("<I", MAX_VALUES + 1) + bytes(MAX_VALUES + 1)  # that many Nones
     with pytest.raises(evs.FormatError, match="over the limit"):
         decode_payload(bytes(16) + over, 0, len(over), 64)
@@ -132,7 +137,10 @@ def test_commit_numbering(tmp_path):
         assert commit.number == 2 and commit.prev_footer
     data = bytearray(path.read_bytes())
     del data[commit.footer_offset :]
-    data += encode_footer(commit.footer_offset, ds.header.file_id, replace(commit, prev_footer=0))
+    footer = encode_footer(
+        commit.footer_offset, ds.header.file_id, replace(commit, prev_footer=0), ds.header.checksum
+    )
+    data += footer
     path.write_bytes(data)
     with pytest.raises(evs.FormatError, match="only commit 1"):
         evs.open(path)
@@ -142,7 +150,7 @@ def test_a_wrong_payload_crc_fails_verify_in_both_variants(tmp_path):
     """FRAMES.md "Reading": a compressed reader may skip the payload CRC on reads (the
     frames' content checksums cover the same bytes; only a faulty writer stores a wrong
     CRC), and a verifier checks it in both variants."""
-    plain = container([payload_of([1]), payload_of([2])], crc_of=lambda p: crc32(p) ^ 1)
+    plain = container([payload_of([1]), payload_of([2])], crc_of=lambda p: crc32c(p) ^ 1)
     (tmp_path / "c.evs").write_bytes(plain)
     (tmp_path / "c.evs.zst").write_bytes(compressed(plain))
     with evs.open(tmp_path / "c.evs") as ds:
@@ -212,3 +220,114 @@ def test_blocks_over_block_maximum_size_are_rejected_in_small_frames(tmp_path):
     assert len(plain) > 1024
     with pytest.raises(evs.FormatError, match="Block_Maximum_Size"):
         evs.open(path)
+
+
+# ------------------------------------------------------------------ format 1.1 (FORMAT.md 3.1)
+
+VERSION_FLAGS = {"1.0": 0, "1.1": FLAG_CRC32C}
+
+
+@pytest.mark.parametrize("version", sorted(VERSION_FLAGS))
+def test_writers_write_the_lowest_minor_and_one_checksum_function(tmp_path, version):
+    """FORMAT.md 15: minor 1 with flag bit 0, minor 0 with no flag; every checksum field of
+    the file by the function the flags name (the builder here signs a file the same way)."""
+    path = tmp_path / "v.evs"
+    with evs.Writer(path, format_version=version, metadata={"m": 1}) as w:
+        w.append([np.arange(5), "x"])
+    data = path.read_bytes()
+    flags = VERSION_FLAGS[version]
+    assert struct.unpack_from("<HHI", data, 8) == (1, 1 if flags else 0, flags)
+    with evs.open(path) as ds:
+        assert ds.header.checksum is checksum_function(flags)
+        (entry,) = ds.entries().tolist()
+        payload = bytes(ds.raw(0))
+        assert entry[2] == checksum_function(flags)(payload)
+        assert ds.verify().ok
+    built = container([payload_of([np.arange(5), "x"])], flags=flags)
+    (tmp_path / "built.evs").write_bytes(built)
+    with evs.open(tmp_path / "built.evs") as ds:
+        assert ds.header.version == version and ds.verify().ok
+
+
+@pytest.mark.parametrize("version", sorted(VERSION_FLAGS))
+def test_a_changed_payload_byte_is_caught_under_each_function(tmp_path, version):
+    """FORMAT.md 10 step 5 and 18: whichever the function, a changed payload byte fails the
+    record's read and verify, plain and compressed."""
+    plain = bytearray(container([payload_of([np.arange(40)])], flags=VERSION_FLAGS[version]))
+    path = tmp_path / "c.evs"
+    path.write_bytes(plain)
+    with evs.open(path) as ds:
+        at = int(ds.entries()["offset"][0]) + 16 + 40
+    plain[at] ^= 0x10  # a tensor data byte: the structure still decodes
+    path.write_bytes(plain)
+    (tmp_path / "c.evs.zst").write_bytes(compressed(bytes(plain)))
+    for name in ("c.evs", "c.evs.zst"):
+        with evs.open(tmp_path / name) as ds:
+            if name == "c.evs":
+                with pytest.raises(evs.FormatError, match="checksum"):
+                    ds[0]
+            report = ds.verify()
+            assert [i for i, _ in report.bad_records] == [0]
+            assert "checksum" in report.bad_records[0][1]
+
+
+@pytest.mark.parametrize("version", sorted(VERSION_FLAGS))
+def test_a_flipped_flag_bit_is_caught(tmp_path, version):
+    """FORMAT.md 3.1: the header checksum is computed with the function the flags name, so
+    flipping bit 0 (either way) fails it; any other bit is an unknown flag."""
+    good = container([payload_of([1])], flags=VERSION_FLAGS[version])
+    for bit, reason in (
+        (0, "header checksum mismatch"),
+        (1, "unknown header flags 0x"),
+        (31, "unknown header flags 0x"),
+    ):
+        data = bytearray(good)
+        data[12 + bit // 8] ^= 1 << (bit % 8)
+        (tmp_path / "f.evs").write_bytes(data)
+        with pytest.raises(evs.FormatError, match=reason) as info:
+            evs.open(tmp_path / "f.evs")
+        assert info.value.offset in (12, 50 + 4)  # the flags, or the header checksum
+        with pytest.raises(evs.FormatError, match=reason):
+            evs.recover(tmp_path / "f.evs")
+
+
+def test_a_1_0_reader_refuses_a_1_1_file_at_its_header(tmp_path, monkeypatch):
+    """FORMAT.md 15: a reader that knows no flag (a 1.0 reader: its code is this reader's
+    with no known flag) refuses a 1.1 file with the unknown flag named, not with checksum
+    failures; it still reads 1.0 files."""
+    from evalue_store import container as layout
+
+    path, old = tmp_path / "new.evs", tmp_path / "old.evs"
+    for target, version in ((path, "1.1"), (old, "1.0")):
+        with evs.Writer(target, format_version=version) as w:
+            w.append([1])
+    monkeypatch.setattr(layout, "KNOWN_FLAGS", 0)
+    with pytest.raises(evs.FormatError, match=r"unknown header flags 0x1\b") as info:
+        evs.open(path)
+    assert info.value.offset == 12
+    with evs.open(old) as ds:
+        assert ds[0] == [1]
+
+
+def test_format_version_of_a_new_file_is_checked(tmp_path):
+    with pytest.raises(ValueError, match="format version"):
+        evs.Writer(tmp_path / "x.evs", format_version="2.0")
+    assert not (tmp_path / "x.evs").exists()
+
+
+def test_shards_of_both_versions_mix(tmp_path):
+    """FORMAT.md 15: each shard is read with its own function. A run resumed with another
+    version appends to its last shard in that shard's version; new shards get the new one."""
+    pattern = str(tmp_path / "s-{:02d}.evs")
+    with evs.ShardWriter(pattern, max_records=3, format_version="1.0") as w:
+        w.extend([[i] for i in range(5)])  # shard 0 full, shard 1 holds 2
+    with evs.ShardWriter(pattern, max_records=3, resume=True, format_version="1.1") as w:
+        w.extend([[i] for i in range(5, 9)])
+    versions = []
+    for k in range(3):
+        with evs.open(pattern.format(k)) as ds:
+            versions.append(ds.header.version)
+    assert versions == ["1.0", "1.0", "1.1"]
+    with evs.open_shards(tmp_path / "s.manifest.json") as shards:
+        assert [r[0] for r in shards] == list(range(9))
+        assert all(shards.shard(k).verify().ok for k in range(3))

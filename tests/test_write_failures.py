@@ -47,6 +47,28 @@ def test_plain_writer_forgets_a_half_written_big_record(tmp_path, monkeypatch):
         assert report.ok and report.uncommitted_bytes == 0, report
 
 
+def test_plain_writer_forgets_a_record_whose_one_direct_write_failed_half_way(
+    tmp_path, monkeypatch
+):
+    """A record whose first piece is itself a direct write (a 2 MiB string): its half
+    written bytes lie past every position the sink counted, and are cut all the same."""
+    path = tmp_path / "p.evs"
+    with evs.Writer(path) as w:
+        w.append([np.arange(10)])
+        w.commit()
+        size = path.stat().st_size
+        failing_writes(monkeypatch, fail_at=1, partial=True)
+        with pytest.raises(OSError, match="simulated"):
+            w.append(["x" * (2 << 20)])
+        monkeypatch.undo()
+        assert path.stat().st_size <= -(-size // 64) * 64  # the alignment padding at most
+        w.append([np.arange(5)])
+    with evs.open(path) as ds:
+        assert [r[0].tolist() for r in ds] == [list(range(10)), list(range(5))]
+        report = ds.verify()
+        assert report.ok and report.uncommitted_bytes == 0, report
+
+
 @pytest.mark.parametrize(("fail_at", "undone"), [(1, True), (2, True), (3, False)])
 def test_compressed_writer_that_cannot_undo_keeps_the_last_commit(
     tmp_path, monkeypatch, fail_at, undone

@@ -3,8 +3,8 @@
 
 Targets (``python tools/fuzz.py TARGET ...``):
 
-``container``  ``evs.open`` + metadata + full iteration + ``get_many`` + ``verify`` +
-               ``refresh``, plain and compressed. The first input byte picks a mode:
+``container``  ``evs.open`` + metadata + full iteration + ``get_many`` + ``get_batch`` +
+               ``verify`` + ``refresh``, plain and compressed. The first input byte picks a mode:
                bits 0-1: 0 = the bytes are the file as is; 1 = fix every checksum first
                (so mutations get past the CRCs into the footer, index and record parsers);
                2 = fix checksums, then store the result as seekable zstd frames cut at
@@ -45,7 +45,6 @@ import signal
 import struct
 import sys
 import tempfile
-import zlib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -85,6 +84,8 @@ from evalue_store.container import (  # noqa: E402
     SEGMENT,
     TRAILER,
     TRAILER_MAGIC,
+    checksum_function,
+    crc32,
 )
 
 # ---------------------------------------------------------------------------------- helpers
@@ -100,16 +101,19 @@ def _u(data, fmt: str, at: int):
 def fix_checksums(data: bytearray) -> bytearray:
     """Make every checksum in a (mutated) plain container match, wherever the structure
     can be followed: records named by index entries, index segments, metadata, footers
-    (also given the header's file_id), and the header. Returns ``data`` (changed in place)."""
+    (also given the header's file_id), and the header, each by the function the header's
+    flags name. Returns ``data`` (changed in place)."""
     n = len(data)
     header = _u(data, "<8sHHIII16sQH", 0)
     file_id = None
+    checksum = crc32
     if header is not None and header[0] == MAGIC:
+        checksum = checksum_function(header[3])
         wlen = min(header[8], max(0, n - 54))
         struct.pack_into("<I", data, 20, 54 + wlen)
         struct.pack_into("<H", data, 48, wlen)
         if 50 + wlen + 4 <= n:
-            struct.pack_into("<I", data, 50 + wlen, zlib.crc32(data[: 50 + wlen]))
+            struct.pack_into("<I", data, 50 + wlen, checksum(data[: 50 + wlen]))
         file_id = bytes(data[24:40])
     pos = data.find(TRAILER_MAGIC)
     while pos >= 0:
@@ -118,12 +122,12 @@ def fix_checksums(data: bytearray) -> bytearray:
         if trailer is not None:
             offset, length = trailer[0], trailer[1]
             if offset + FOOTER_FIXED.size <= end - TRAILER.size and offset + length == end:
-                _fix_footer(data, offset, end, file_id)
+                _fix_footer(data, offset, end, file_id, checksum)
         pos = data.find(TRAILER_MAGIC, pos + 1)
     return data
 
 
-def _fix_footer(data: bytearray, offset: int, end: int, file_id: bytes | None) -> None:
+def _fix_footer(data: bytearray, offset: int, end: int, file_id: bytes | None, checksum) -> None:
     n = len(data)
     fixed = _u(data, "<8s16sQQQQQII", offset)
     if fixed is None:
@@ -132,7 +136,7 @@ def _fix_footer(data: bytearray, offset: int, end: int, file_id: bytes | None) -
         data[offset + 8 : offset + 24] = file_id
     meta_off, meta_len, n_seg = fixed[5], fixed[6], fixed[8]
     if meta_len and meta_off + meta_len <= n:
-        struct.pack_into("<I", data, offset + 64, zlib.crc32(data[meta_off : meta_off + meta_len]))
+        struct.pack_into("<I", data, offset + 64, checksum(data[meta_off : meta_off + meta_len]))
     for k in range(min(n_seg, (end - offset) // SEGMENT.size)):
         at = offset + FOOTER_FIXED.size + k * SEGMENT.size
         seg = _u(data, "<QQII", at)
@@ -147,14 +151,14 @@ def _fix_footer(data: bytearray, offset: int, end: int, file_id: bytes | None) -
             frame = _u(data, "<4sIQ", r_off)
             if frame is None or r_len > n - r_off - FRAME.size:
                 continue
-            crc = zlib.crc32(data[r_off + FRAME.size : r_off + FRAME.size + r_len])
+            crc = checksum(data[r_off + FRAME.size : r_off + FRAME.size + r_len])
             FRAME.pack_into(data, r_off, FRAME_MAGIC, crc, r_len)
             ENTRY.pack_into(data, e_at, r_off, r_len, crc, reserved)
         struct.pack_into(
-            "<I", data, at + 16, zlib.crc32(data[seg_off : seg_off + count * ENTRY.size])
+            "<I", data, at + 16, checksum(data[seg_off : seg_off + count * ENTRY.size])
         )
     length = end - offset
-    struct.pack_into("<I", data, end - 12, zlib.crc32(data[offset : offset + length - 12]))
+    struct.pack_into("<I", data, end - 12, checksum(data[offset : offset + length - 12]))
 
 
 _CCTX = zstandard.ZstdCompressor(level=1, write_content_size=True, write_checksum=True)
@@ -246,6 +250,11 @@ def run_container(data: bytes) -> None:
                 ds.get_many([n - 1, 0, n // 2])
             except evs.FormatError:
                 pass
+            for batch in ([n - 1, 0, n // 2], range(min(n, 64))):
+                try:
+                    ds.get_batch(batch)
+                except ValueError as exc:  # a FormatError, or records that do not batch
+                    assert isinstance(exc, evs.FormatError) or "one value count" in str(exc)
         report = ds.verify()  # never raises for bad data
         assert isinstance(report.ok, bool)
         try:

@@ -1,7 +1,9 @@
-"""Write the format-1.0 fixture files that tests/test_fixtures.py reads.
+"""Write the fixture files that tests/test_fixtures.py reads: the same records as format 1.0
+(CRC-32 checksums) and as format 1.1 (CRC-32C), plain and compressed.
 
 The fixtures are committed: if a change to the code stops reading them, the format changed
-and docs/FORMAT.md's version rules apply. Regenerate only when adding fixtures:
+and docs/FORMAT.md's version rules apply. This writes only the fixtures that are missing
+(a committed one is never rewritten: its bytes are what old writers wrote):
     python tools/make_fixtures.py
 """
 
@@ -66,21 +68,34 @@ def records() -> list[list]:
     return out
 
 
+VERSIONS = ("1.0", "1.1")
+
+
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     recs = records()
-    for name, options in (
-        ("plain-v1.0.evs", {}),
-        ("zstd-v1.0.evs.zst", {"compression": "zstd", "frame_size": 4096}),
-    ):
-        path = OUT / name
-        with evs.Writer(path, metadata={"fixture": name}, **options) as w:
-            w.extend(recs[:4])
-            w.commit()
-            w.extend(recs[4:])
-    expected = [[describe(v) for v in record] for record in recs]
-    (OUT / "expected-v1.0.json").write_text(json.dumps(expected, indent=1, ensure_ascii=False))
-    print(f"wrote fixtures to {OUT}")
+    written = []
+    for version in VERSIONS:
+        for name, options in (
+            (f"plain-v{version}.evs", {}),
+            (f"zstd-v{version}.evs.zst", {"compression": "zstd", "frame_size": 4096}),
+        ):
+            path = OUT / name
+            if path.exists():
+                continue
+            with evs.Writer(
+                path, "x", metadata={"fixture": name}, format_version=version, **options
+            ) as w:
+                w.extend(recs[:4])
+                w.commit()
+                w.extend(recs[4:])
+            written.append(name)
+        path = OUT / f"expected-v{version}.json"
+        if not path.exists():
+            expected = [[describe(v) for v in record] for record in recs]
+            path.write_text(json.dumps(expected, indent=1, ensure_ascii=False))
+            written.append(path.name)
+    print(f"wrote {', '.join(written) or 'nothing (every fixture exists)'} in {OUT}")
 
 
 if __name__ == "__main__":

@@ -7,6 +7,10 @@ An adapter is constructed with the workload's fields, then used as::
     adapter.get(i) / adapter.get_many(indices) / adapter.scan()
     adapter.close()
 
+Optional: ``get_batch(indices)`` (a batch as one value per field: stacked arrays, or lists)
+and ``write_columns(columns, path)`` (the records given as ``Data.columns``), for formats
+with a batch read or a columnar write; ``batched`` / ``columnar`` say whether there is one.
+
 Records go in and come out as lists (see workloads.py). ``zero_copy`` says whether returned
 tensors are views of the stored bytes (mmap) rather than copies.
 """
@@ -44,8 +48,17 @@ class Adapter(ABC):
     @abstractmethod
     def get(self, i: int) -> Record: ...
 
+    batched = False  # has get_batch
+    columnar = False  # has write_columns
+
     def get_many(self, indices: Sequence[int]) -> list[Record]:
         return [self.get(int(i)) for i in indices]
+
+    def get_batch(self, indices: Sequence[int]) -> list:
+        raise NotImplementedError
+
+    def write_columns(self, columns: list, path: Path) -> None:
+        raise NotImplementedError
 
     def scan(self) -> Iterator[Record]:
         """Every record in order. This default, for formats without a sequential reader of
@@ -62,6 +75,7 @@ class Adapter(ABC):
 # missing package makes only its own adapters unavailable.
 ADAPTERS: dict[str, str] = {
     "floor": "floor:Floor",
+    "floor_copy": "floor:FloorCopy",
     "npz": "npz:Npz",
     "lmdb_pickle": "lmdb_store:LmdbPickle",
     "lmdb_raw": "lmdb_store:LmdbRaw",
@@ -79,6 +93,9 @@ ADAPTERS: dict[str, str] = {
 
 OURS = ("evalue_store", "evalue_store_noverify", "evalue_store_zstd")
 FLOOR = "floor"
+# Yardsticks, not peers: floor_copy is the floor plus one memory pass (np.copyto), the cost a
+# verified read is measured against (issue 13).
+REFERENCES = (FLOOR, "floor_copy")
 
 
 def load_adapter(name: str, fields: tuple[Field, ...]) -> Adapter:

@@ -38,6 +38,17 @@ class EvalueStore(Adapter):
         with writer as w:
             w.extend(records)
 
+    batched = hasattr(evs, "Dataset") and hasattr(evs.Dataset, "get_batch")
+    columnar = hasattr(evs, "Writer") and hasattr(evs.Writer, "extend_columns")
+
+    def write_columns(self, columns: list, path: Path) -> None:
+        path.mkdir(parents=True, exist_ok=True)
+        with evs.Writer(path / "data.evs", metadata={"bench": True}, **self.writer_options) as w:
+            w.extend_columns(dict(enumerate(columns)))
+
+    def get_batch(self, indices: Sequence[int]) -> list:
+        return self.ds.get_batch(indices)
+
     def open(self, path: Path) -> None:
         try:
             self.ds = evs.open(path / "data.evs", **self.open_options)

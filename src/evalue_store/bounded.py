@@ -12,13 +12,12 @@ import errno
 import itertools
 import os
 import stat
-import zlib
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
 
-from .container import ENTRY_DTYPE, ENTRY_SIZE, FRAME_SIZE, Segment
+from .container import ENTRY_DTYPE, ENTRY_SIZE, FRAME_SIZE, Checksum, Segment
 from .errors import NOT_A_CONTAINER, FormatError
 
 CHUNK = 1 << 20  # bytes read at a time
@@ -48,18 +47,18 @@ def open_regular(path: str) -> int:
     return fd
 
 
-def crc_range(read: Read, offset: int, length: int) -> int:
-    """crc32 of logical bytes [offset, offset + length)."""
+def crc_range(read: Read, offset: int, length: int, checksum: Checksum) -> int:
+    """The checksum (the file's function) of logical bytes [offset, offset + length)."""
     value = 0
     for at in range(offset, offset + length, CHUNK):
-        value = zlib.crc32(read(at, min(CHUNK, offset + length - at)), value)
+        value = checksum(read(at, min(CHUNK, offset + length - at)), value)
     return value
 
 
-def intact(read: Read, offset: int, length: int, crc: int) -> bool:
-    """True when a block's bytes can be read and match their crc32."""
+def intact(read: Read, offset: int, length: int, crc: int, checksum: Checksum) -> bool:
+    """True when a block's bytes can be read and match their checksum."""
     try:
-        return crc_range(read, offset, length) == crc
+        return crc_range(read, offset, length, checksum) == crc
     except FormatError:
         return False
 

@@ -13,14 +13,17 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+import crc32c as _crc32c
 import numpy as np
 
 from .errors import FormatError
 
 MAGIC = b"\x89EVS\r\n\x1a\n"
 VERSION_MAJOR = 1
-VERSION_MINOR = 0
-KNOWN_FLAGS = 0  # no header flag is defined in version 1.0
+FLAG_CRC32C = 0x1  # header flag bit 0 (format 1.1): every checksum of the file is CRC-32C
+KNOWN_FLAGS = FLAG_CRC32C
+VERSIONS = {"1.0": 0, "1.1": FLAG_CRC32C}  # what a writer may create: its header flags
+DEFAULT_VERSION = "1.1"
 
 MIN_ALIGNMENT = 8
 MAX_ALIGNMENT = 1 << 16
@@ -66,8 +69,24 @@ def align_up(value: int, alignment: int) -> int:
     return (value + alignment - 1) & ~(alignment - 1)
 
 
-def crc32(data, start: int = 0) -> int:
-    return zlib.crc32(data, start) & 0xFFFFFFFF
+# A checksum function: (bytes-like, running value) -> u32, both C builtins that take any
+# contiguous buffer without a copy. CRC-32 (zlib's) is every 1.0 file's; CRC-32C (hardware
+# crc32 instructions on x86-64 and ARMv8) is the one of files with FLAG_CRC32C.
+Checksum = Callable[..., int]
+crc32: Checksum = zlib.crc32
+crc32c: Checksum = _crc32c.crc32c
+
+
+def checksum_function(flags: int) -> Checksum:
+    """The checksum of every field of a file whose header has ``flags`` (FORMAT.md 3.1)."""
+    return crc32c if flags & FLAG_CRC32C else crc32
+
+
+def version_flags(version: str) -> int:
+    """The header flags of a new file of format ``version`` ("1.0" or "1.1")."""
+    if version not in VERSIONS:
+        raise ValueError(f"format version must be one of {sorted(VERSIONS)}, not {version!r}")
+    return VERSIONS[version]
 
 
 @dataclass(frozen=True)
@@ -78,17 +97,32 @@ class Header:
     writer: str
     minor: int
     data_start: int  # first block offset: header length rounded up to the alignment
-    length: int  # header_length: the fixed fields, the writer info and the crc32
+    length: int  # header_length: the fixed fields, the writer info and the checksum
+    flags: int = 0
+
+    @property
+    def checksum(self) -> Checksum:
+        """The file's checksum function, ``checksum(data, start=0)``: the one place every
+        checksum of this file is computed with (bind it once on hot paths)."""
+        return checksum_function(self.flags)
+
+    @property
+    def version(self) -> str:
+        return f"{VERSION_MAJOR}.{self.minor}"
 
 
-def encode_header(alignment: int, file_id: bytes, created_ns: int, writer: str) -> bytes:
+def encode_header(
+    alignment: int, file_id: bytes, created_ns: int, writer: str, flags: int = FLAG_CRC32C
+) -> bytes:
+    """A new file's header; format 1.1 (minor 1) when it sets a flag, else 1.0."""
     info = writer.encode("utf-8")[:MAX_WRITER_INFO]
     length = HEADER_FIXED.size + len(info) + HEADER_CRC.size
+    minor = 1 if flags else 0  # the lowest minor whose features the file uses
     fixed = HEADER_FIXED.pack(
-        MAGIC, VERSION_MAJOR, VERSION_MINOR, 0, alignment, length, file_id, created_ns, len(info)
+        MAGIC, VERSION_MAJOR, minor, flags, alignment, length, file_id, created_ns, len(info)
     )
     body = fixed + info
-    body += HEADER_CRC.pack(crc32(body))
+    body += HEADER_CRC.pack(checksum_function(flags)(body))
     return body + bytes(align_up(length, alignment) - length)
 
 
@@ -118,10 +152,10 @@ def parse_header(read: Callable[[int, int], bytes], size: int) -> Header:
     body = bytes(read(0, length))
     crc_at = length - HEADER_CRC.size
     (stored,) = HEADER_CRC.unpack_from(body, crc_at)
-    if crc32(body[:crc_at]) != stored:
+    if checksum_function(flags)(body[:crc_at]) != stored:  # with the function flags name
         raise FormatError("header checksum mismatch", crc_at)
     writer = body[HEADER_FIXED.size : HEADER_FIXED.size + wlen].decode("utf-8", "replace")
-    return Header(alignment, file_id, created, writer, minor, data_start, length)
+    return Header(alignment, file_id, created, writer, minor, data_start, length, flags)
 
 
 @dataclass(frozen=True)
@@ -149,7 +183,7 @@ class Commit:
     segments: tuple[Segment, ...] = field(default_factory=tuple)
 
 
-def encode_footer(offset: int, file_id: bytes, commit: Commit) -> bytes:
+def encode_footer(offset: int, file_id: bytes, commit: Commit, checksum: Checksum) -> bytes:
     parts = [
         FOOTER_FIXED.pack(
             FOOTER_MAGIC,
@@ -167,7 +201,7 @@ def encode_footer(offset: int, file_id: bytes, commit: Commit) -> bytes:
     body = b"".join(parts)
     length = len(body) + TRAILER.size
     unsigned = TRAILER.pack(offset, length, 0, TRAILER_MAGIC)
-    crc = crc32(unsigned[: TRAILER.size - TRAILER_UNCHECKED], crc32(body))
+    crc = checksum(unsigned[: TRAILER.size - TRAILER_UNCHECKED], checksum(body))
     return body + TRAILER.pack(offset, length, crc, TRAILER_MAGIC)
 
 
@@ -256,7 +290,7 @@ def _parse_footer(
 ) -> Commit | None:
     """The commit of a candidate footer, or None if its checksum does not match."""
     body = bytes(read(offset, length))
-    if crc32(body[: length - TRAILER_UNCHECKED]) != stored_crc:
+    if header.checksum(body[: length - TRAILER_UNCHECKED]) != stored_crc:
         return None
     (_, _, number, count, prev, meta_off, meta_len, meta_crc, n) = FOOTER_FIXED.unpack_from(body)
     segments = tuple(
@@ -391,7 +425,7 @@ def scan_frames(
     read: Callable[[int, int], bytes],
     start: int,
     end: int,
-    alignment: int,
+    header: Header,
     validate: Callable[[int, int], None],
 ) -> tuple[list[tuple[int, int, int]], int]:
     """Walk complete, checksum-valid record frames from ``start``; stops at the first bad one.
@@ -402,17 +436,18 @@ def scan_frames(
     found = []
     pos = start
     good_end = start
+    checksum = header.checksum
     while pos + FRAME_SIZE <= end:
         try:
             length, crc = check_frame(bytes(read(pos, FRAME_SIZE)), pos, end)
-            if crc32(read(pos + FRAME_SIZE, length)) != crc:
+            if checksum(read(pos + FRAME_SIZE, length)) != crc:
                 break
             validate(pos, length)
         except FormatError:
             break
         found.append((pos, length, crc))
         good_end = pos + FRAME_SIZE + length
-        pos = align_up(good_end, alignment)
+        pos = align_up(good_end, header.alignment)
     return found, good_end
 
 

@@ -21,7 +21,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from .container import crc32, parse_metadata
+from .container import parse_metadata
 from .errors import EncodeError, FormatError
 
 FIELDS_KEY = "evalue_store.fields"
@@ -203,7 +203,7 @@ class WriterFields:
         if not raw:
             return None
         offset = self._commit.metadata_offset
-        if crc32(raw) != self._commit.metadata_crc:
+        if self._checksum(raw) != self._commit.metadata_crc:
             raise FormatError("metadata checksum mismatch", offset)
         return stored_names(parse_metadata(raw, offset))  # strict and bounded, as readers
 

@@ -180,13 +180,19 @@ class PlainSink:
     def begin_block(self, size: int, granule: int = 0) -> None:
         """Called before each block; only the frame layer cares where blocks start."""
 
+    def write_blocks(self, data: Any, count: int, size: int) -> None:
+        """``count`` blocks of ``size`` bytes laid end to end in ``data``: one write, as
+        no block start matters here (a sink without this method gets them one by one)."""
+        self.write(data, count * size)
+
     def rewind(self, pos: int) -> bool:
         """Forget what was written from logical offset ``pos`` on (a record whose write
         failed part way): the next block goes there, and bytes of it already in the file are
         cut off, so no stray bytes stay between blocks or after the last one. True: done."""
         buffered_from = self.pos - self.fill
-        if pos < buffered_from:
-            os.ftruncate(self.fd, pos)
+        # Cut at the flushed end too: a direct write that failed part way may have left
+        # bytes after it (its position was never counted).
+        os.ftruncate(self.fd, min(pos, buffered_from))
         self.fill = max(0, pos - buffered_from)
         self.pos = pos
         return True

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import bisect
 import os
-import zlib
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
-from . import bounded, indexing
+from . import batch, bounded, indexing
+from .batch import Batch, Out
 from .bounded import SHADOWED
 from .codec import compile_layout, decode_payload
 from .container import (
@@ -21,7 +21,6 @@ from .container import (
     Commit,
     Header,
     check_frame,
-    crc32,
     parse_metadata,
 )
 from .errors import CHECKSUM, LIMIT, OUT_OF_BOUNDS, ClosedError, FormatError
@@ -122,6 +121,7 @@ class Dataset:
         self._source = source
         self.header = header
         self.commit = commit
+        self._checksum = header.checksum  # bound once: the per-record and batch paths call it
         self.uncommitted_bytes = tail
         # A compressed record was checked by its frame's content checksum when the frame
         # was decompressed; checking its CRC on every read would check the same bytes again.
@@ -207,7 +207,7 @@ class Dataset:
                 self._metadata = {}
             else:
                 raw = bytes(self._source.read(c.metadata_offset, c.metadata_length))
-                if crc32(raw) != c.metadata_crc:
+                if self._checksum(raw) != c.metadata_crc:
                     raise FormatError("metadata checksum mismatch", c.metadata_offset, self.path)
                 try:
                     self._metadata = parse_metadata(raw, c.metadata_offset)
@@ -321,7 +321,7 @@ class Dataset:
         try:
             check_frame(bytes(buf[pos : pos + FRAME_SIZE]), offset, self.commit.end, length, crc)
             payload = memoryview(buf).cast("B")[pos + FRAME_SIZE : pos + FRAME_SIZE + length]
-            if self._crc_on_read and zlib.crc32(payload) != crc:
+            if self._crc_on_read and self._checksum(payload) != crc:
                 raise FormatError("record checksum mismatch", offset, code=CHECKSUM)
         except FormatError as exc:
             raise exc.at(path=self.path, record=i, offset_in=self._offsets_in) from None
@@ -342,7 +342,7 @@ class Dataset:
         try:
             if self._crc_on_read:
                 payload = memoryview(buf)[pos + FRAME_SIZE : pos + FRAME_SIZE + length]
-                if zlib.crc32(payload) != crc:  # say first if the frame disagrees with the index
+                if self._checksum(payload) != crc:  # first: does the frame disagree with its entry?
                     head = bytes(buf[pos : pos + FRAME_SIZE])
                     check_frame(head, offset, self.commit.end, length, crc)
                     raise FormatError("record checksum mismatch", offset, code=CHECKSUM)
@@ -368,9 +368,12 @@ class Dataset:
                 self._lengths_seen.clear()
             self._lengths_seen.add(length)
             return
+        self._remember_layout(length, compile_layout(buf, pos, length, self.header.alignment))
+
+    def _remember_layout(self, length: int, layout: Any) -> None:
         if len(self._layouts) > MAX_LAYOUTS:
             self._layouts.clear()
-        self._layouts[length] = compile_layout(buf, pos, length, self.header.alignment)
+        self._layouts[length] = layout
 
     def __getitem__(self, index: Index) -> Any:
         """One record for an integer; a list of records for a slice, an integer array or a
@@ -385,6 +388,21 @@ class Dataset:
         else:
             records = self._get_positions(where.tolist())
         return self._named(records) if self.as_dict else records
+
+    def get_batch(self, indices: Sequence[int] | np.ndarray, *, out: Out = None) -> Batch:
+        """Records ``indices`` (as ``get_many`` takes them) as one batch: a dict by field
+        name when the file names its fields, else a list by position, of one value per
+        field. A Tensor field of one dtype and shape across the batch is one stacked
+        array [B, *shape]; an Int / Double / Bool field a 1-D int64 / float64 / bool array;
+        any other field a list of B values.
+
+        ``out`` maps field names (or positions) to C-contiguous numpy arrays or CPU torch
+        tensors (pinned or shared memory is fine) of exactly [B, *shape] and the field's
+        dtype: those fields are decoded straight into them, and they are what the batch
+        holds. Every record is checked as ``ds[i]`` checks it. Stacked arrays are copies,
+        never views of the file. See ``evalue_store.batch``.
+        """
+        return batch.get_batch(self, indices, out)
 
     def get_many(self, indices: Sequence[int] | np.ndarray) -> list[list]:
         """Records for a list of indices (or a boolean mask), in the order given.
@@ -500,8 +518,9 @@ class Dataset:
         records = layout.decode_run(buf, start, stride, count - k, crcs)
         if self._crc_on_read:
             at = start + FRAME_SIZE
+            checksum = self._checksum
             for j, crc in enumerate(crcs.tolist()):
-                if zlib.crc32(buf[at : at + length]) != crc:
+                if checksum(buf[at : at + length]) != crc:
                     records[j] = None
                 at += stride
         for j, values in enumerate(records, k):

@@ -81,7 +81,7 @@ def scan_tail(read: Any, header: Header, start: int, end: int, buf: Any, base: i
     def validate(offset: int, length: int) -> None:
         decode_payload(buf, offset - base, length, header.alignment)
 
-    found, good_end = scan_frames(read, start, end, header.alignment, validate)
+    found, good_end = scan_frames(read, start, end, header, validate)
     if not found:
         return found, start
     padded = min(align_up(good_end, header.alignment), end)

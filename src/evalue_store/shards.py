@@ -39,7 +39,8 @@ from typing import Any, Union
 
 import numpy as np
 
-from . import indexing
+from . import batch, indexing
+from .batch import Batch, Out
 from .bounded import open_regular
 from .container import ENTRY_SIZE, encode_footer
 from .errors import LIMIT, MANIFEST, ClosedError, FormatError
@@ -73,13 +74,12 @@ def footer_checksum(dataset: Dataset) -> str:
     """SHA-256 (hex) of the footer of the commit ``dataset`` sees: names that exact commit.
 
     The footer is re-encoded from the parsed commit (encoding is deterministic, and the
-    parse checked its CRC), which also covers compressed files, whose footer bytes are
-    logical rather than at a file offset.
+    parse checked its checksum, by the shard's own function), which also covers compressed
+    files, whose footer bytes are logical rather than at a file offset.
     """
-    commit = dataset.commit
-    return hashlib.sha256(
-        encode_footer(commit.footer_offset, dataset.header.file_id, commit)
-    ).hexdigest()
+    commit, header = dataset.commit, dataset.header
+    footer = encode_footer(commit.footer_offset, header.file_id, commit, header.checksum)
+    return hashlib.sha256(footer).hexdigest()
 
 
 def describe_shard(path: PathLike) -> ShardInfo:
@@ -625,6 +625,10 @@ class ShardedDataset:
         return self._get_positions(
             np.arange(where.start, where.stop, where.step) if isinstance(where, range) else where
         )
+
+    def get_batch(self, indices: Sequence[int] | np.ndarray, *, out: Out = None) -> Batch:
+        """Records ``indices`` as one batch, as ``Dataset.get_batch`` gives it."""
+        return batch.sharded_batch(self, indices, out)
 
     def get_many(self, indices: Sequence[int] | np.ndarray) -> list[list]:
         """Records for a list of global indices (or a boolean mask), in the order given;

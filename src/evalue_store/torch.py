@@ -31,7 +31,7 @@ except ModuleNotFoundError as exc:  # evalue_store itself never needs torch
 import torch.distributed as dist
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
-from . import indexing
+from . import batch, indexing
 from .buffers import private
 from .dtypes import BFLOAT16
 from .shards import ShardedDataset, Source, open_shards
@@ -110,8 +110,92 @@ class EValueDataset(Dataset):
             return self._sample(self.data[where])
         return self.__getitems__(where)
 
-    def __getitems__(self, indices: Sequence[int]) -> list:
-        return [self._sample(r) for r in self.data.get_many(indices)]
+    def __getitems__(self, indices: Sequence[int]) -> Sequence:
+        """The samples of a batch. Without a transform they come as one ``BatchSamples``:
+        every fixed-shape tensor field already stacked (``get_batch``; in a DataLoader
+        worker, into shared memory), which ``collate`` hands on as it is; any other
+        collate_fn sees an ordinary sequence of samples."""
+        if self.transform is not None:
+            return [self._sample(r) for r in self.data.get_many(indices)]
+        made = _Columns()
+        columns = batch.sharded_batch(self.data, indices, new=made.new)
+        items = columns.items() if isinstance(columns, dict) else enumerate(columns)
+        torch_columns = {key: made.to_torch(column) for key, column in items}
+        return BatchSamples(torch_columns, len(indices), self.data.open_options["as_dict"])
+
+
+_TORCH_DTYPES: dict[np.dtype, torch.dtype] = {BFLOAT16: torch.bfloat16}
+
+
+def _torch_dtype(dtype: np.dtype) -> torch.dtype:
+    found = _TORCH_DTYPES.get(dtype)
+    if found is None:
+        found = _TORCH_DTYPES[dtype] = torch.from_numpy(np.empty(0, dtype)).dtype
+    return found
+
+
+def _numpy_of(tensor: torch.Tensor) -> np.ndarray:
+    if tensor.dtype == torch.bfloat16:
+        return tensor.view(torch.int16).numpy().view(BFLOAT16)
+    return tensor.numpy()
+
+
+class _Columns:
+    """Allocates a batch's stacked columns as tensors and knows each one's tensor."""
+
+    def __init__(self) -> None:
+        self.made: dict[int, tuple[np.ndarray, torch.Tensor]] = {}  # keeps arrays alive
+
+    def new(self, shape: tuple, dtype: np.dtype) -> np.ndarray:
+        """A column's buffer: a tensor's numpy view; in a DataLoader worker the tensor is
+        in shared memory (as default_collate makes it), so that handing the batch to the
+        main process does not copy it again."""
+        tensor = torch.empty(shape, dtype=_torch_dtype(dtype))
+        if get_worker_info() is not None:
+            tensor.share_memory_()
+        array = _numpy_of(tensor)
+        self.made[id(array)] = (array, tensor)
+        return array
+
+    def to_torch(self, column: Any) -> Any:
+        if isinstance(column, np.ndarray):
+            array, tensor = self.made.get(id(column), (None, None))
+            return tensor if array is column else as_torch(column)
+        if isinstance(column, torch.Tensor):
+            return column
+        return [as_torch(v) for v in column]
+
+
+class BatchSamples(Sequence):
+    """A batch from ``EValueDataset.__getitems__``: its fields as columns (stacked tensors,
+    or lists), and, as a sequence, its samples (built on demand, rows of the columns)."""
+
+    def __init__(self, columns: dict, count: int, as_dict: bool):
+        self.columns = columns  # by field name, or position
+        self.count = count
+        self.as_dict = as_dict
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, k: Any) -> Any:
+        if isinstance(k, slice):
+            return [self[j] for j in range(*k.indices(self.count))]
+        k = indexing.one(k, self.count)
+        values = {key: column[k] for key, column in self.columns.items()}
+        return values if self.as_dict else list(values.values())
+
+    def collated(self, pad: Collection[Hashable] | None, pad_value: float) -> Any:
+        """What ``collate`` gives for these samples, from the columns."""
+        out = {}
+        for position, (key, column) in enumerate(self.columns.items()):
+            name = key if self.as_dict else position
+            if isinstance(column, torch.Tensor) and not (pad and name in pad):
+                out[name] = column
+            else:
+                items = list(column.unbind(0)) if isinstance(column, torch.Tensor) else column
+                out[name] = _collate_field(items, None if pad is None else name in pad, pad_value)
+        return out if self.as_dict else list(out.values())
 
 
 # ----------------------------------------------------------------------------- collate
@@ -197,6 +281,8 @@ def collate(
     """
     if not batch:
         raise ValueError("cannot collate an empty batch")
+    if isinstance(batch, BatchSamples):
+        return batch.collated(pad, pad_value)
 
     def field(key: Hashable, items: list) -> Any:
         return _collate_field(items, None if pad is None else key in pad, pad_value)

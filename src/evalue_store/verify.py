@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -101,7 +100,7 @@ def _index(ds: Any, report: VerifyReport) -> None:
         try:
             crc = 0
             for _, entries in bounded.index_chunks(ds._source.read, seg):
-                crc = zlib.crc32(entries, crc)
+                crc = ds.header.checksum(entries, crc)
         except FormatError as exc:
             report.problems.append(f"index segment {k} unreadable: {exc}")
             continue
@@ -135,7 +134,7 @@ def _history(ds: Any, report: VerifyReport) -> list[Commit]:
                 hashed += length
                 if hashed > ds.commit.end:
                     break
-                if not bounded.intact(ds._source.read, offset, length, crc):
+                if not bounded.intact(ds._source.read, offset, length, crc, ds.header.checksum):
                     report.problems.append(
                         f"{what} at {offset} of commit {older.number} is damaged"
                     )
@@ -158,7 +157,7 @@ def _padding(ds: Any, report: VerifyReport, commits: list[Commit]) -> None:
 
 
 def _checksummed_blocks(commit: Commit) -> list[tuple[int, int, int, str]]:
-    """(offset, length, crc32, name) of the index segments and metadata block a footer names."""
+    """(offset, length, checksum, name) of the index segments and metadata block a footer names."""
     blocks = [
         (seg.offset, seg.count * ENTRY_SIZE, seg.crc, "index segment") for seg in commit.segments
     ]

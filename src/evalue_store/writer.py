@@ -13,15 +13,16 @@ import threading
 import time
 import warnings
 import weakref
-import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
 from . import __version__
 from .codec import check_payload, encode_record, realign_payload, value_count
+from .columns import append_columns
 from .container import (
     DEFAULT_ALIGNMENT,
+    DEFAULT_VERSION,
     ENTRY,
     ENTRY_SIZE,
     FRAME,
@@ -30,13 +31,14 @@ from .container import (
     MAX_METADATA,
     Commit,
     Segment,
-    crc32,
+    checksum_function,
     double_int,
     empty_commit,
     encode_footer,
     encode_header,
     new_file_id,
     valid_alignment,
+    version_flags,
 )
 from .errors import ClosedError, EncodeError, FormatError
 from .fields import WriterFields
@@ -119,6 +121,10 @@ class Writer(WriterFields):
     ``frame_size`` bytes (docs/FRAMES.md); ``dictionary`` (bytes from
     ``train_dictionary``) is stored once at the start of the file. In mode "a" the file's
     own compression settings apply.
+
+    ``format_version``: "1.1" (default; CRC-32C checksums) or "1.0" (zlib's CRC-32, for
+    readers that predate 1.1), for a new file; appending keeps the file's own version,
+    which ``format_version`` then names.
     """
 
     def __init__(
@@ -133,6 +139,7 @@ class Writer(WriterFields):
         level: int = 3,
         frame_size: int = DEFAULT_FRAME_SIZE,
         dictionary: bytes | None = None,
+        format_version: str = DEFAULT_VERSION,
     ):
         if mode not in ("w", "x", "a"):
             raise ValueError(f"mode must be 'w', 'x' or 'a', not {mode!r}")
@@ -145,6 +152,7 @@ class Writer(WriterFields):
             )
         if dictionary is not None and compression != "zstd":
             raise ValueError("a dictionary needs compression='zstd'")
+        self._new_flags = version_flags(format_version)
         self.path = os.fspath(path)
         self.durable = durable
         self.salvage: Salvage | None = None
@@ -236,8 +244,9 @@ class Writer(WriterFields):
         """Write the header and the first (empty) commit into the empty file at ``_fd``."""
         self.alignment = alignment
         self.file_id = new_file_id()
-        writer_info = f"evalue_store {__version__}"
-        header = encode_header(alignment, self.file_id, time.time_ns(), writer_info)
+        self._use_flags(self._new_flags)
+        info = f"evalue_store {__version__}"
+        header = encode_header(alignment, self.file_id, time.time_ns(), info, self._new_flags)
         self._sink: Any = new_sink(self._fd, compression, dictionary, **self._zstd)
         self._commit = empty_commit(len(header))
         self._sink.write(header, len(header))
@@ -258,6 +267,7 @@ class Writer(WriterFields):
             raise FormatError(reason, state.commit.footer_offset)
         self.alignment = state.header.alignment
         self.file_id = state.header.file_id
+        self._use_flags(state.header.flags)  # an append keeps the file's version
         self._commit = state.commit
         self._metadata_dirty = new_metadata
         self.salvage = state.salvage
@@ -269,6 +279,10 @@ class Writer(WriterFields):
             self._pending += ENTRY.pack(offset, length, crc, 0)
         if state.found or self._commit.number == 0:
             self._commit_now()  # salvaged records become durable before anything new
+
+    def _use_flags(self, flags: int) -> None:
+        self._checksum = checksum_function(flags)  # every checksum this writer computes
+        self.format_version = "1.1" if flags else "1.0"
 
     # ------------------------------------------------------------------ writing
 
@@ -313,7 +327,8 @@ class Writer(WriterFields):
         """Append one record: a list of values, or a dict naming them (``fields``; see
         ``evalue_store.fields``); returns its index. Visible after commit()."""
         with self._mutex:  # inline, not _serialized: this is the per-record path
-            self._check_open()
+            if self._fd < 0 or self._inflight is not None or self._failed:
+                self._check_open()
             fields = self.__dict__.get("_fields")
             cls = type(record)
             if (
@@ -326,7 +341,7 @@ class Writer(WriterFields):
             else:
                 values, fixed = self._record_values(record)  # a dict's values by the names
                 fields = None
-            chunks, length, crc = encode_record(values, self.alignment)
+            chunks, length, crc = encode_record(values, self.alignment, self._checksum)
             sink = self._sink
             offset = sink.pos
             if offset & (self.alignment - 1):  # after a footer the file end may be unaligned
@@ -366,7 +381,7 @@ class Writer(WriterFields):
         sink = self._sink
         offset = self._align()
         sink.begin_block(FRAME_SIZE + length)
-        crc = zlib.crc32(payload)
+        crc = self._checksum(payload)
         padding = -(FRAME_SIZE + length) & (self.alignment - 1)
         try:
             sink.write(FRAME.pack(FRAME_MAGIC, crc, length), FRAME_SIZE)
@@ -383,6 +398,17 @@ class Writer(WriterFields):
         """Append every record of an iterable."""
         for record in records:
             self.append(record)
+
+    @_serialized
+    def extend_columns(self, columns: Mapping[Any, Any]) -> range:
+        """Append N records given as columns, ``{field name or position: column}``: an
+        array [N, ...] (a tensor per record), a 1-D int / float / bool array (an Int /
+        Double / Bool per record) or a list of N values; see ``evalue_store.columns``.
+        Returns the new records' indices. The file is byte for byte what appending the
+        rows one by one writes; all N are appended or, on an error, none.
+        """
+        self._check_open()
+        return append_columns(self, columns)
 
     @_serialized
     def set_metadata(self, metadata: dict | None) -> None:
@@ -450,13 +476,14 @@ class Writer(WriterFields):
         if pending:
             kept, data, level = self._index_segments(pending)
             offset = self._block(data, granule=ENTRY_SIZE)
-            segments = kept + (Segment(offset, len(data) // ENTRY_SIZE, crc32(data), level),)
+            entry = Segment(offset, len(data) // ENTRY_SIZE, self._checksum(data), level)
+            segments = kept + (entry,)
         c = self._commit
         meta_off, meta_len, meta_crc = c.metadata_offset, c.metadata_length, c.metadata_crc
         if self._metadata_dirty:
             meta = self._metadata_bytes
             meta_off = self._block(meta) if meta else 0
-            meta_len, meta_crc = len(meta), crc32(meta)
+            meta_len, meta_crc = len(meta), self._checksum(meta)
         self._sink.flush()
         self._sync()  # what the footer will point at is on disk before the footer is written
         footer_offset = self._align()
@@ -472,7 +499,7 @@ class Writer(WriterFields):
             meta_crc,
             segments,
         )
-        footer = encode_footer(footer_offset, self.file_id, commit)
+        footer = encode_footer(footer_offset, self.file_id, commit, self._checksum)
         self._block(footer)
         # From here until _adopt returns, an exception (a signal's, a failed write's) may
         # leave the commit visible to readers or not: _settle_inflight finds out which, from

@@ -20,13 +20,16 @@ import zstandard
 
 from .bounded import open_regular
 from .container import (
+    DEFAULT_VERSION,
     FRAME_SIZE,
     MAGIC,
     Commit,
     Header,
     align_up,
+    checksum_function,
     open_container,
     parse_footer_at,
+    version_flags,
 )
 from .errors import FormatError
 from .plain import pwrite_all
@@ -519,10 +522,12 @@ def train_dictionary(records: Any, size: int = 64 << 10, alignment: int = 64) ->
     from .codec import encode_record
     from .fields import Fields
 
+    checksum = checksum_function(version_flags(DEFAULT_VERSION))  # as a new file's records
+
     samples = []
     for record in records:
         values, _ = Fields().values(record)  # a dict record: its values, as a writer stores
-        chunks, _, _ = encode_record(values, alignment)
+        chunks, _, _ = encode_record(values, alignment, checksum)
         samples.append(b"".join(bytes(memoryview(c).cast("B")) for c in chunks))
     if len(samples) < 8:
         raise ValueError(

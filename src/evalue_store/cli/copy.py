@@ -16,7 +16,15 @@ from ..fields import FIELDS_KEY
 from ..writer import MIN_FRAME_SIZE
 from ..zstd import MAX_FRAME_SIZE
 from .output import new_file, output_writer, refuse_container, refuse_overwrite, replacing
-from .registry import at_least_one, command, force_arg, int_range, json_arg, json_object
+from .registry import (
+    at_least_one,
+    command,
+    force_arg,
+    format_version_arg,
+    int_range,
+    json_arg,
+    json_object,
+)
 from .render import (
     EXIT_OK,
     EXIT_PROBLEMS,
@@ -34,6 +42,7 @@ def _merge_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("inputs", nargs="+", metavar="FILE", help="containers, in order")
     p.add_argument("-o", "--output", required=True, metavar="OUT", help="container to write")
     p.add_argument("--metadata", type=json_object, metavar="JSON", help="instead of the first's")
+    format_version_arg(p)
     force_arg(p)
 
 
@@ -58,6 +67,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
                 force=args.force,
                 metadata=metadata,
                 alignment=datasets[0].alignment,
+                format_version=args.format_version,
             ) as writer,
             progress(args, total, "merge", "rec") as bar,
         ):
@@ -83,6 +93,7 @@ def _copy_args(p: argparse.ArgumentParser) -> None:
         help="leave out records that fail their checks (each is listed) instead of stopping",
     )
     p.add_argument("--alignment", type=int, metavar="N", help="OUT's alignment (default FILE's)")
+    format_version_arg(p)
     force_arg(p)
     json_arg(p)
 
@@ -163,6 +174,7 @@ def _compress_args(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="records to train it on",
     )
+    format_version_arg(p)
     force_arg(p)
 
 
@@ -213,6 +225,7 @@ def copy_records(
             force=args.force,
             metadata=ds.metadata,
             alignment=ds.alignment if alignment is None else alignment,
+            format_version=args.format_version,
             **options,
         ) as writer,
         progress(args, len(ds), what, "rec") as bar,

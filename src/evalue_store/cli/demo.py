@@ -47,7 +47,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print(f"1. wrote {DEMO_RECORDS} sample .npz files to {samples}")
     out = os.path.join(folder, "demo.evs")
     pack = argparse.Namespace(
-        **vars(args), sources=[samples], output=out, dtype="float32", append=False, force=True
+        **vars(args),
+        sources=[samples],
+        output=out,
+        dtype="float32",
+        append=False,
+        force=True,
+        format_version="1.1",
     )
     pack.metadata = {"dataset": "evalue-store demo (W1-like)"}
     written, size = pack_files(expand_inputs(pack), pack)

@@ -149,7 +149,8 @@ def output_writer(
 ) -> Iterator[evs.Writer]:
     """A Writer for OUT. A new file is built under a temporary name and renamed when complete,
     so a failed run never leaves a half-written OUT behind (nor replaces an old one).
-    ``options`` go to evs.Writer for a new file (compression settings)."""
+    ``options`` go to evs.Writer for a new file (compression settings, format version); an
+    appended OUT keeps its own."""
     if append and os.path.exists(path):
         # Into a copy of OUT, renamed over it when complete: a killed run must leave no
         # records of its own in OUT, which the next writer would salvage and commit (and a
@@ -176,7 +177,7 @@ def output_writer(
     if append:  # nothing to add to: a new file, which a file appearing meanwhile beats
         check_output(path)
         with replacing(path, clobber=False) as temp:
-            with evs.Writer(temp, "x", metadata=metadata, alignment=alignment) as writer:
+            with evs.Writer(temp, "x", metadata=metadata, alignment=alignment, **options) as writer:
                 yield writer
         return
     refuse_overwrite(path, force)

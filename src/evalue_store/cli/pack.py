@@ -24,7 +24,7 @@ from .. import java
 from ..fields import FIELDS_KEY
 from ..files import fsync_dir
 from .output import new_file, output_writer, refuse_overwrite
-from .registry import command, file_arg, json_object
+from .registry import command, file_arg, format_version_arg, json_object
 from .render import (
     EXIT_OK,
     PROG,
@@ -218,7 +218,11 @@ def pack_files(files: list[str], args: argparse.Namespace) -> tuple[int, int]:
     fields: Counter = Counter()
     written = 0
     with output_writer(
-        args.output, append=args.append, force=args.force, metadata=args.metadata
+        args.output,
+        append=args.append,
+        force=args.force,
+        metadata=args.metadata,
+        format_version=args.format_version,
     ) as writer:
         try:
             with progress(args, len(files), "pack", "file") as bar:
@@ -264,6 +268,7 @@ def _pack_args(p: argparse.ArgumentParser) -> None:
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--append", action="store_true", help="add records to an existing OUT")
     mode.add_argument("--force", action="store_true", help="replace OUT if it exists")
+    format_version_arg(p)
 
 
 @command(

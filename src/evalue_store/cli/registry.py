@@ -96,6 +96,16 @@ def force_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--force", action="store_true", help="replace OUT if it exists")
 
 
+def format_version_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--format-version",
+        choices=("1.1", "1.0"),
+        default="1.1",
+        help="format of a new OUT: 1.1 (CRC-32C checksums, the default) or 1.0 (CRC-32, "
+        "for readers older than 1.1); appending keeps OUT's own",
+    )
+
+
 def json_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable output (stable keys)")
 

@@ -1,0 +1,217 @@
+"""Layouts: the decoder (and columnar encoder) for records that share one structure.
+
+Most datasets repeat one record structure (same kinds, dtypes, shapes, string lengths).
+A Layout captures that structure as one struct format covering the whole frame, so a
+record is checked and unpacked by a single C call instead of a Python walk per value.
+Records of one structure that a writer appended one after another sit at a fixed stride,
+so a run of them is also checked and decoded column by column with numpy (decode_run).
+A record whose structural fields differ from the layout's is decoded by decode_payload.
+
+A layout is compiled by walking an accepted record with each value's codec ``step``
+(kinds.py): the grammar is not restated here.
+"""
+
+from __future__ import annotations
+
+import operator
+import struct
+from typing import Any
+
+import numpy as np
+
+from ..container import FRAME, FRAME_CRC_AT, FRAME_LENGTH_AT, FRAME_MAGIC, FRAME_SIZE
+from . import grammar as g
+from .kinds import CODECS, S_BOOL, S_BYTES, S_SCALAR, S_TENSOR, S_TEXT, Slot
+
+_CRC_FIELD = 1  # the layout's fields start with FRAME's: magic, crc, length
+
+
+class Layout:
+    """The decoder for one record structure; built by ``compile_layout``.
+
+    ``slots`` holds one Slot per value. ``check_at`` are the frame offsets of the
+    structural bytes (everything but the checksum, scalar values, string contents and
+    tensor data), ``check_bytes`` their values; ``frame`` is the whole sample frame.
+    """
+
+    __slots__ = (
+        "unpack",
+        "structure",
+        "expected",
+        "slots",
+        "size",
+        "length",
+        "check_at",
+        "check_bytes",
+        "frame",
+        "words",
+    )
+
+    def __init__(
+        self,
+        fmt: str,
+        structural: list[int],
+        expected: tuple,
+        slots: list[Slot],
+        check_at: list[int],
+        frame: np.ndarray,
+    ):
+        layout = struct.Struct(fmt)
+        self.unpack = layout.unpack_from
+        self.size = layout.size  # the whole frame
+        self.length = self.size - FRAME_SIZE  # the payload
+        self.structure = operator.itemgetter(*structural)
+        self.expected = expected
+        self.slots = [tuple(slot) for slot in slots]  # unpacked fastest as plain tuples
+        self.check_at = np.array(check_at, np.intp)
+        self.check_bytes = frame[self.check_at]
+        self.frame = frame
+        self.words = _check_words(self.check_at, frame)
+
+    def decode(self, buf: Any, frame: int, crc: int) -> list | None:
+        """The record's values, or None when this record does not have this layout."""
+        fields = self.unpack(buf, frame)
+        if fields[_CRC_FIELD] != crc or self.structure(fields) != self.expected:
+            return None
+        values = []
+        for kind, index, at, detail in self.slots:
+            if kind == S_TENSOR:  # detail: dtype, shape, strides, nbytes, numel (None: strided)
+                dtype, shape, strides, nbytes, numel = detail
+                if numel is None:  # a dim order
+                    data = g.region(buf, frame + at, nbytes)
+                    values.append(np.ndarray(shape, dtype, buffer=data, strides=strides))
+                else:
+                    array = np.frombuffer(buf, dtype, numel, frame + at)
+                    values.append(array if len(shape) == 1 else array.reshape(shape))
+            elif kind == S_SCALAR:
+                values.append(fields[index])
+            elif kind == S_TEXT:
+                try:
+                    values.append(fields[index].decode("utf-8"))
+                except UnicodeDecodeError:
+                    return None  # the generic decoder reports it with its offset
+            elif kind == S_BYTES:
+                values.append(fields[index])
+            elif kind == S_BOOL:
+                if fields[index] > 1:
+                    return None
+                values.append(fields[index] == 1)
+            else:
+                values.append(None)
+        return values
+
+    def decode_run(
+        self, buf: Any, start: int, stride: int, count: int, crcs: np.ndarray
+    ) -> list[list | None]:
+        """The values of the ``count`` records whose frames start at ``start + k * stride``.
+
+        The frames must lie inside ``buf``. ``crcs`` are the checksums the index gives them.
+        A record that does not have this layout, or whose frame header disagrees with its
+        checksum, is None in the result: the generic decoder reads or rejects it.
+        """
+
+        data = g.region(buf, start, (count - 1) * stride + self.size)
+
+        def column(dtype: Any, at: int, shape: tuple = (), strides: tuple = ()) -> np.ndarray:
+            return np.ndarray(
+                (count, *shape), dtype, buffer=data, offset=at, strides=(stride, *strides)
+            )
+
+        frames = column(np.uint8, 0, (self.size,), (1,))
+        good = (frames[:, self.check_at] == self.check_bytes).all(axis=1)
+        good &= column("<u4", FRAME_CRC_AT) == crcs
+        columns: list[list] = []
+        for kind, _, at, detail in self.slots:
+            if kind == S_TENSOR:
+                dtype, shape, strides, _, _ = detail
+                run = column(dtype, at, shape, strides)
+                columns.append(list(run) if shape else [run[k, ...] for k in range(count)])
+            elif kind == S_SCALAR:
+                columns.append(column(detail, at).tolist())
+            elif kind in (S_TEXT, S_BYTES):
+                raw = column(f"V{detail}", at).tolist()
+                if kind == S_TEXT:
+                    raw = [_utf8_or_none(text) for text in raw]
+                    good &= np.array([text is not None for text in raw], bool)
+                columns.append(raw)
+            elif kind == S_BOOL:
+                byte = column(np.uint8, at)
+                good &= byte <= 1
+                columns.append((byte == 1).tolist())
+            else:
+                columns.append([None] * count)
+        records: list[list | None] = (
+            [list(values) for values in zip(*columns)] if columns else [[] for _ in range(count)]
+        )
+        for k in np.flatnonzero(~good).tolist():
+            records[k] = None
+        return records
+
+
+def _check_words(check_at: np.ndarray, frame: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The structural bytes as little-endian 8-byte words of the frame (frames start at
+    multiples of 8): (word index, mask of the structural bytes, their expected value),
+    so that a batch checks a few words per record instead of every byte."""
+    padded = np.zeros(-(-len(frame) // 8) * 8, np.uint8)
+    padded[: len(frame)] = frame
+    mask = np.zeros(len(padded), np.uint8)
+    mask[check_at] = 0xFF
+    words = np.flatnonzero(mask.view("<u8"))
+    return words, mask.view("<u8")[words], (padded & mask).view("<u8")[words]
+
+
+def _utf8_or_none(data: bytes) -> str | None:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+class Compiler:
+    """Collects a layout's struct fields while the value codecs step through a record."""
+
+    def __init__(self, buf: Any, frame: int, length: int, alignment: int):
+        self.buf, self.frame, self.alignment = buf, frame, alignment
+        self.fmt = [FRAME.format]  # the frame header: magic, crc, length
+        self.structural, self.expected = [0, 2], [FRAME_MAGIC, length]  # all of it but the crc
+        self.check_at = [*range(0, FRAME_CRC_AT), *range(FRAME_LENGTH_AT, FRAME_SIZE)]
+        self.pos = frame + FRAME_SIZE
+        self.n_fields = len(self.expected) + 1
+
+    def field(self, code: str, is_structure: bool = True) -> tuple[int, int, Any]:
+        """Read the field at ``pos`` (one struct code); (its index, frame offset, value).
+        A structure field's bytes are expected of every record of the layout."""
+        at = self.pos - self.frame
+        (value,) = struct.unpack_from("<" + code, self.buf, self.pos)
+        size = struct.calcsize("<" + code)
+        if is_structure:
+            self.check_at.extend(range(at, at + size))
+            self.structural.append(self.n_fields)
+            self.expected.append(value)
+        self.fmt.append(code)
+        self.pos += size
+        self.n_fields += 1
+        return self.n_fields - 1, at, value
+
+    def skip(self, n: int) -> None:
+        """Bytes of a value the layout does not unpack (tensor data)."""
+        self.fmt.append(f"{n}x")
+        self.pos += n
+
+
+def compile_layout(buf: Any, frame: int, length: int, alignment: int) -> Layout | None:
+    """A Layout for the record at ``buf[frame]``, which decode_payload has accepted.
+
+    Returns None for structures not worth compiling (lists, bool tensors).
+    """
+    c = Compiler(buf, frame, length, alignment)
+    slots = []
+    for _ in range(c.field(g.COUNT)[2]):
+        slot = CODECS[c.field(g.TAG)[2]].step(c)
+        if slot is None:
+            return None
+        slots.append(slot)
+    if c.pos != frame + FRAME_SIZE + length:
+        return None
+    sample = np.frombuffer(bytes(buf[frame : c.pos]), np.uint8)
+    return Layout("".join(c.fmt), c.structural, tuple(c.expected), slots, c.check_at, sample)

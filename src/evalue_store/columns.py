@@ -1,0 +1,215 @@
+"""Columnar writes (``Writer.extend_columns``): N records given field by field.
+
+The layers: ``Column`` (a user's column) -> ``encode_columns`` (all N frames, from the
+first record's layout) or ``encode_rows`` -> ``append_columns`` (written as ``append``
+writes, all or nothing).
+
+A column is one field's values for all N records:
+
+* a numpy array or torch tensor of shape [N, ...] with at least 2 dimensions: a Tensor
+  per record (row k); wrap a 1-D array in ``evs.Tensor(...)`` for 0-d tensors;
+* a 1-D integer / floating / bool array: an Int / Double / Bool per record;
+* a list or tuple of N values of any kind (strings, bytes, None...), or a numpy string or
+  object array: value k per record, as ``append`` would store it.
+
+The records are exactly those ``append`` would write, row by row (the file is byte for
+byte the same). When every record has the first record's layout (codec.layout: tensors of
+one dtype and shape, strings of one encoded length...) all N frames are built at once in
+one numpy buffer (codec.batch.encode_batch); otherwise each record is encoded on its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from .codec import compile_layout, encode_record
+from .codec.batch import encode_batch
+from .codec.kinds import S_BOOL, S_BYTES, S_NONE, S_SCALAR, S_TENSOR, S_TEXT
+from .container import ENTRY, ENTRY_DTYPE, FRAME_SIZE
+from .errors import EncodeError
+from .values import INT64_MAX, Kind, Typed, _is_torch_tensor, as_array
+
+_SCALAR_KINDS = {"i": int, "u": int, "f": float, "b": bool}
+
+
+class Column:
+    """One field's values: ``row(k)`` is record k's value (as append takes it), and
+    ``block(slot)`` the bytes of all of them for one slot of a layout, or None when some
+    record's value does not fit that slot."""
+
+    def __init__(self, key: Any, value: Any):
+        self.key = key
+        self.array: np.ndarray | None = None
+        self.items: list | None = None
+        self.scalar: type | None = None
+        force_tensor = isinstance(value, Typed) and value.kind == Kind.TENSOR
+        if force_tensor:
+            value = value.value
+        if isinstance(value, np.ndarray) and value.dtype.kind in "SUO":  # values, not numbers
+            value = value.tolist()
+        if isinstance(value, np.ndarray) or _is_torch_tensor(value):
+            array = as_array(value) if value.ndim > 1 or force_tensor else np.asarray(value)
+            if array.ndim == 0:
+                raise EncodeError(f"column {key!r}: a 0-d array has no rows")
+            if array.ndim == 1 and not force_tensor:
+                self.scalar = _SCALAR_KINDS.get(array.dtype.kind)
+                if self.scalar is None:
+                    raise EncodeError(
+                        f"column {key!r}: a 1-D {array.dtype} array is neither Int, Double nor "
+                        "Bool values; wrap it in evs.Tensor(...) for 0-d tensors"
+                    )
+                if array.dtype.kind == "u" and len(array) and array.max() > INT64_MAX:
+                    row = int(np.argmax(array > INT64_MAX))
+                    raise EncodeError(f"column {key!r} row {row}: {array[row]} does not fit int64")
+            self.array = array
+            self.count = len(array)
+        elif isinstance(value, (list, tuple)):
+            self.items = list(value)
+            self.count = len(self.items)
+        else:
+            raise EncodeError(
+                f"column {key!r}: a column is an array [N, ...] or a list of N values, "
+                f"not {type(value).__name__}"
+            )
+
+    def row(self, k: int) -> Any:
+        if self.items is not None:
+            return self.items[k]
+        value = self.array[k]
+        return value if self.scalar is None else self.scalar(value)
+
+    def block(self, slot: Any) -> np.ndarray | None:
+        kind, _, _, detail = slot
+        count = self.count
+        if self.items is not None:
+            return _items_block(self.items, kind, detail)
+        array = self.array
+        if self.scalar is not None:
+            if kind == S_SCALAR and self.scalar is not bool:
+                return np.ascontiguousarray(array, detail).view(np.uint8).reshape(count, -1)
+            if kind == S_BOOL and self.scalar is bool:
+                return array.astype(np.uint8).reshape(count, 1)
+            return None
+        dtype, shape, _, nbytes, numel = detail
+        if kind != S_TENSOR or numel is None or array.shape[1:] != shape:
+            return None  # (a dim order: record by record)
+        if array.dtype != dtype or not (count < 2 or array[0].flags.c_contiguous):
+            return None  # rows stored after a conversion: record by record
+        if not nbytes:
+            return np.zeros((count, 0), np.uint8)
+        return np.ascontiguousarray(array).reshape(count, -1).view(np.uint8).reshape(count, nbytes)
+
+
+def _items_block(items: list, kind: int, size: Any) -> np.ndarray | None:
+    if kind == S_NONE:
+        return None if any(item is not None for item in items) else _NO_BYTES
+    if kind not in (S_TEXT, S_BYTES):
+        return None
+    want = str if kind == S_TEXT else bytes
+    if {type(item) for item in items} != {want}:
+        return None
+    data = [item.encode("utf-8") for item in items] if want is str else items
+    joined = b"".join(data)
+    if len(joined) != len(items) * size or {len(d) for d in data} != {size}:
+        return None
+    return np.frombuffer(joined, np.uint8).reshape(len(items), size)
+
+
+_NO_BYTES = object()  # a None slot fits: it has no bytes
+
+
+def columns_of(columns: Mapping[Any, Any]) -> tuple[Any, int]:
+    """The columns as a record would hold them (a dict by name, or a list by position,
+    for ``Fields.values``) and their common row count."""
+    if not isinstance(columns, Mapping) or not columns:
+        raise EncodeError("extend_columns takes a non-empty dict of columns")
+    keys = list(columns)
+    if all(isinstance(k, str) for k in keys):
+        record: Any = {k: Column(k, v) for k, v in columns.items()}
+        found = list(record.values())
+    elif all(isinstance(k, int) and not isinstance(k, bool) for k in keys):
+        if sorted(keys) != list(range(len(keys))):
+            raise EncodeError(f"columns by position must be 0..{len(keys) - 1}, not {sorted(keys)}")
+        found = [Column(k, columns[k]) for k in range(len(keys))]
+        record = found
+    else:
+        raise EncodeError("columns are keyed all by field name or all by position")
+    counts = {c.count for c in found}
+    if len(counts) != 1:
+        sizes = {c.key: c.count for c in found}
+        raise EncodeError(f"columns differ in length: {sizes}")
+    return record, counts.pop()
+
+
+def encode_columns(
+    columns: list[Column], count: int, alignment: int, checksum: Any
+) -> tuple[np.ndarray, int, np.ndarray] | None:
+    """All ``count`` records at once: (frames [count, stride] uint8, payload length,
+    checksums), or None when they do not share the first record's layout."""
+    chunks, length, _ = encode_record([c.row(0) for c in columns], alignment, checksum)
+    frame = b"".join(bytes(memoryview(chunk).cast("B")) for chunk in chunks)
+    layout = compile_layout(memoryview(frame), 0, length, alignment)
+    if layout is None or len(layout.slots) != len(columns):
+        return None
+    blocks = []
+    for column, slot in zip(columns, layout.slots):
+        block = column.block(slot)
+        if block is None:
+            return None
+        blocks.append(None if block is _NO_BYTES else block)
+    frames, crcs = encode_batch(layout, blocks, count, alignment, checksum)
+    return frames, length, crcs
+
+
+def encode_rows(columns: list[Column], count: int, alignment: int, checksum: Any = None) -> list:
+    """Each record on its own: [(chunks, payload length, checksum)] in order."""
+    return [encode_record([c.row(k) for c in columns], alignment, checksum) for k in range(count)]
+
+
+def append_columns(writer: Any, columns: Mapping[Any, Any]) -> range:
+    """``Writer.extend_columns`` (the writer is open and locked): encode, write, index."""
+    record, count = columns_of(columns)
+    ordered, fixed = writer._record_values(record)
+    first = len(writer)
+    if count == 0:
+        return range(first, first)
+    built = encode_columns(ordered, count, writer.alignment, writer._checksum)
+    rows = None
+    if built is None:  # each record encoded on its own, before anything is written
+        rows = encode_rows(ordered, count, writer.alignment, writer._checksum)
+    sink = writer._sink
+    offset = writer._align()
+    pending = len(writer._pending)
+    try:
+        if built is not None:
+            frames, length, crcs = built
+            size, stride = FRAME_SIZE + length, frames.shape[1]
+            view = memoryview(frames.reshape(-1))
+            write_blocks = getattr(sink, "write_blocks", None)
+            if write_blocks is not None:
+                write_blocks(view, count, stride)
+            else:  # the frame layer places each record's block
+                for at in range(0, count * stride, stride):
+                    sink.begin_block(size)
+                    sink.write(view[at : at + stride], stride)
+            entries = np.zeros(count, ENTRY_DTYPE)
+            entries["offset"] = np.arange(offset, offset + count * stride, stride)
+            entries["length"] = length
+            entries["crc"] = crcs
+            writer._pending += entries.tobytes()
+        else:
+            for chunks, length, crc in rows:
+                at = sink.pos
+                sink.begin_block(FRAME_SIZE + length)
+                for chunk in chunks:
+                    sink.write(chunk, len(chunk))
+                writer._pending += ENTRY.pack(at, length, crc, 0)
+    except BaseException as exc:
+        del writer._pending[pending:]
+        writer._undo_record(offset, exc)
+        raise
+    writer._record_appended(fixed)
+    return range(first, first + count)

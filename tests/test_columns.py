@@ -1,0 +1,224 @@
+"""Writer.extend_columns: N records given as columns are the records append writes.
+
+The oracle is a second file written by appending the rows one by one: the two files must be
+byte for byte the same apart from what depends on the file's identity (file id, creation
+time and the checksums over them, in the header and footers).
+"""
+
+from __future__ import annotations
+
+import errno
+
+import numpy as np
+import pytest
+import torch
+
+import evalue_store as evs
+from evalue_store import plain
+from tests.faults import count_calls, interrupt_at
+
+
+def body(path) -> bytes:
+    """The file from its first record to its last footer: records, index, metadata."""
+    with evs.open(path) as ds:
+        start = int(ds.entries()["offset"].min()) if len(ds) else ds.commit.footer_offset
+        return b"".join(bytes(c) for c in ds.logical_chunks())[start : ds.commit.footer_offset]
+
+
+def rows_of(columns: dict, n: int) -> list:
+    def value(column, k):
+        if isinstance(column, evs.Typed):
+            return column.value[k]
+        if isinstance(column, torch.Tensor):
+            return column[k]
+        if isinstance(column, np.ndarray) and column.ndim == 1 and column.dtype.kind in "iufb":
+            return column[k].item()
+        if isinstance(column, np.ndarray) and column.dtype.kind in "SU":
+            return column[k].item()
+        return column[k]
+
+    return [{key: value(c, k) for key, c in columns.items()} for k in range(n)]
+
+
+def assert_same_file(tmp_path, columns: dict, n: int, positional: bool = False, **options):
+    by_columns, by_rows = tmp_path / "columns.evs", tmp_path / "rows.evs"
+    rows = rows_of(columns, n)
+    if positional:
+        columns = dict(enumerate(columns.values()))
+        rows = [list(r.values()) for r in rows]
+    with evs.Writer(by_rows, **options) as writer:
+        writer.append(rows[0])
+        for row in rows[1:]:
+            writer.append(row)
+    with evs.Writer(by_columns, **options) as writer:
+        assert writer.extend_columns(columns) == range(n)
+        assert len(writer) == n
+    assert body(by_columns) == body(by_rows)
+    return by_columns
+
+
+def w1_columns(n: int, seed: int = 0) -> dict:
+    rng = np.random.default_rng(seed)
+    return {
+        "tokens": rng.integers(0, 50_000, (n, 128)),
+        "features": rng.standard_normal((n, 16), dtype=np.float32),
+        "label": rng.integers(0, 1000, n),
+        "id": [f"ex-{i:06d}" for i in range(n)],
+    }
+
+
+@pytest.mark.parametrize("alignment", [8, 64, 4096])
+def test_w1_columns_are_the_appended_records(tmp_path, alignment):
+    path = assert_same_file(tmp_path, w1_columns(500), 500, alignment=alignment)
+    with evs.open(path) as ds:
+        assert ds.fields == ("tokens", "features", "label", "id")
+        assert ds.verify().ok
+
+
+def test_positional_and_compressed(tmp_path):
+    assert_same_file(tmp_path, w1_columns(300), 300, positional=True)
+    assert_same_file(tmp_path, w1_columns(300), 300, compression="zstd", frame_size=4096)
+
+
+def test_columns_of_every_kind(tmp_path):
+    """Columns that keep one layout, and columns that make each record its own."""
+    n = 40
+    rng = np.random.default_rng(1)
+    columns = {
+        "strided": rng.standard_normal((n, 4, 3)).transpose(0, 2, 1),  # rows in a dim order
+        "big_endian": np.arange(n * 3, dtype=">i4").reshape(n, 3),
+        "empty": np.zeros((n, 0, 2), np.int16),
+        "bools": rng.integers(0, 2, (n, 5)).astype(bool),  # bool tensors: no layout
+        "bf16": torch.arange(n * 2, dtype=torch.float32).reshape(n, 2).to(torch.bfloat16),
+        "zero_d": evs.Tensor(np.arange(n, dtype=np.float32)),
+        "flag": rng.integers(0, 2, n).astype(bool),
+        "small": np.arange(n, dtype=np.uint8),
+        "half": np.linspace(0, 1, n, dtype=np.float16),
+        "nothing": [None] * n,
+        "raw": [bytes([k]) * 3 for k in range(n)],
+        "text": np.array([f"é{k:02d}" for k in range(n)]),
+        "objects": np.array([f"o{k}" if k % 3 else None for k in range(n)], dtype=object),
+    }
+    assert_same_file(tmp_path, columns, n)
+
+
+@pytest.mark.parametrize(
+    "column",
+    [
+        [f"id-{k}" for k in range(30)],  # strings of several lengths
+        [[k] * (k % 3) for k in range(30)],  # lists
+        [None if k % 2 else np.ones(2) for k in range(30)],  # mixed kinds
+        [np.ones(k % 4) for k in range(30)],  # tensors of several shapes
+    ],
+)
+def test_columns_without_one_layout(tmp_path, column):
+    assert_same_file(tmp_path, {"x": np.arange(30 * 2).reshape(30, 2), "y": column}, 30)
+
+
+def test_appends_go_on_after_columns(tmp_path):
+    path = tmp_path / "mix.evs"
+    with evs.Writer(path) as writer:
+        writer.append({"a": np.ones(3), "b": 1})
+        assert writer.extend_columns({"a": np.zeros((4, 3)), "b": np.arange(4)}) == range(1, 5)
+        assert writer.append({"a": np.ones(3), "b": 9}) == 5
+        assert writer.extend_columns({"a": np.zeros((0, 3)), "b": []}) == range(6, 6)
+    with evs.open(path) as ds:
+        assert [r[1] for r in ds] == [1, 0, 1, 2, 3, 9]
+
+
+@pytest.mark.parametrize(
+    "columns, message",
+    [
+        ({}, "non-empty dict"),
+        ({"a": np.ones((3, 2)), "b": np.ones(4)}, "differ in length"),
+        ({"a": np.ones(3), 1: np.ones(3)}, "all by field name or all by position"),
+        ({0: np.ones(3), 2: np.ones(3)}, "must be 0..1"),
+        ({"a": np.ones(3, np.complex64)}, "neither Int, Double nor Bool"),
+        ({"a": np.array([1, 2**63], np.uint64)}, "row 1"),
+        ({"a": np.float32(3)}, "not float32"),
+        ({"a": [1, 2, object()]}, "no EValue kind"),
+    ],
+)
+def test_bad_columns_append_nothing(tmp_path, columns, message):
+    path = tmp_path / "bad.evs"
+    with evs.Writer(path) as writer:
+        writer.append({"a": np.ones(2)} if isinstance(next(iter(columns), ""), str) else [1])
+        writer.commit()
+        size = path.stat().st_size
+        with pytest.raises(evs.EncodeError, match=message):
+            writer.extend_columns(columns)
+        assert len(writer) == 1 and writer.tell() == size
+    with evs.open(path) as ds:
+        assert len(ds) == 1 and ds.uncommitted_bytes == 0
+
+
+def test_names_must_agree_with_the_files(tmp_path):
+    path = tmp_path / "named.evs"
+    with evs.Writer(path) as writer:
+        writer.append({"a": 1, "b": 2})
+        with pytest.raises(evs.EncodeError, match="missing"):
+            writer.extend_columns({"a": np.arange(3)})
+        with pytest.raises(evs.EncodeError, match="needs 2 values"):
+            writer.extend_columns({0: np.arange(3)})
+        writer.extend_columns({0: np.arange(3), 1: np.arange(3)})  # by position: fine
+    with evs.open(path) as ds:
+        assert ds.fields == ("a", "b") and len(ds) == 4
+
+
+def test_a_write_failing_part_way_leaves_no_stray_bytes(tmp_path, monkeypatch):
+    path = tmp_path / "enospc.evs"
+    real = plain.pwrite_all
+
+    def half_then_fail(fd, data, offset):
+        if len(data) > 1 << 20:  # the columns' one big write
+            real(fd, memoryview(data)[: len(data) // 2], offset)
+            raise OSError(errno.ENOSPC, "No space left on device (simulated)")
+        return real(fd, data, offset)
+
+    with evs.Writer(path) as writer:
+        writer.extend_columns(w1_columns(10))
+        writer.commit()
+        size = path.stat().st_size
+        monkeypatch.setattr(plain, "pwrite_all", half_then_fail)
+        with pytest.raises(OSError, match="simulated"):
+            writer.extend_columns(w1_columns(2000))
+        monkeypatch.setattr(plain, "pwrite_all", real)
+        assert len(writer) == 10 and path.stat().st_size == -(-size // 64) * 64  # + padding
+        writer.extend_columns(w1_columns(5, seed=1))
+    with evs.open(path) as ds:
+        assert len(ds) == 15 and ds.verify().ok and ds.uncommitted_bytes == 0
+
+
+def test_interrupted_at_every_call_keeps_all_or_none(tmp_path):
+    columns = w1_columns(1000)  # over a megabyte: written directly, not buffered
+
+    def prepare(path):
+        with evs.Writer(path) as writer:
+            writer.extend_columns(w1_columns(3, seed=2))
+
+    def operation(path):
+        with evs.Writer(path, mode="a") as writer:
+            writer.extend_columns(columns)
+
+    scratch = tmp_path / "scratch.evs"
+    prepare(scratch)
+    calls = count_calls(lambda: operation(scratch))
+    for n in range(1, calls + 1):
+        path = tmp_path / f"run{n}.evs"
+        prepare(path)
+        writer = evs.Writer(path, mode="a")
+        with interrupt_at(n) as counter:
+            try:
+                writer.extend_columns(columns)
+            except KeyboardInterrupt:
+                pass
+        if counter.fired:
+            writer.abort()
+        else:
+            writer.close()
+        with evs.Writer(path, mode="a") as again:  # recovers any tail there is
+            recovered = again.salvage
+        with evs.open(path) as ds:
+            assert len(ds) in (3, 1003), (n, counter.fired)
+            assert ds.verify().ok
+        assert recovered is None or recovered.records in (0, 1000), (n, recovered)
