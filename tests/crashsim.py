@@ -28,6 +28,7 @@ from typing import Any
 
 PAGE = 4096
 SEEKABLE_MAGIC = (0x8F92EAB1).to_bytes(4, "little")
+INDEX_TAG = b"EVZI"  # FRAMES.md: the last 4 bytes of a layout-2 index block
 SECTOR = 512
 
 
@@ -165,8 +166,11 @@ def crash_points(log: Log) -> Iterator[CrashPoint]:
 
 def _marker(image: bytes) -> tuple[int, bytes]:
     """The bytes at the end of a committed file that make its last commit visible, found by
-    the spec alone: a plain file's footer (from its trailer), or a compressed file's seek
-    table (from the seekable format's footer)."""
+    the spec alone: a plain file's footer (from its trailer), a compressed file's index block
+    (layout 2: from its trailer) or seek table (layout 1: from the seekable format's footer)."""
+    if image[-4:] == INDEX_TAG:
+        (size,) = struct.unpack_from("<I", image, len(image) - 8)
+        return len(image) - size, image[len(image) - size :]
     if image[-4:] == SEEKABLE_MAGIC:
         (n,) = struct.unpack_from("<I", image, len(image) - 9)
         entry = 12 if image[-5] & 0x80 else 8

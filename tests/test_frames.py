@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import evalue_store as evs
-from evalue_store import zstd
+from evalue_store import zstd_sink, zstd_source
 
 from .test_core import assert_same, records
 from .test_damage import kill_trials, record, same
@@ -85,28 +85,29 @@ def test_told_apart_by_bytes_not_names(tmp_path):
 
 
 def test_random_access_decompresses_only_needed_frames(tmp_path, monkeypatch):
+    """FRAMES.md: a lookup reads one locator group and the frames holding the record; it
+    never decompresses the index. A scan decompresses each frame once."""
     path = tmp_path / "r.evs.zst"
     recs = w1(2000)
     with evs.Writer(path, compression="zstd", frame_size=8192) as w:
         w.extend(recs)
     calls = []
-    real = zstd.ZstdSource._decompress
+    real = zstd_source.ZstdSource._decode
 
-    def counting(self, k):
-        calls.append(k)
-        return real(self, k)
+    def counting(self, frame, logical):
+        calls.append(logical)
+        return real(self, frame, logical)
 
-    monkeypatch.setattr(zstd.ZstdSource, "_decompress", counting)
+    monkeypatch.setattr(zstd_source.ZstdSource, "_decode", counting)
     ds = evs.open(path)
-    n_frames = ds._source.table.num_frames
+    n_frames = len(ds._source._frame_map()[0])
     calls.clear()  # opening read the header's and the footer's frames
     assert_same(ds[1234], recs[1234])
-    assert len(calls) == 2  # one frame of the index, one of the record
+    assert len(calls) == 1  # the record's frame; no index frame
     calls.clear()
     for _ in ds:  # a scan decompresses each frame once
         pass
-    assert len(calls) == len(set(calls)) and len(calls) < n_frames
-    calls.clear()
+    assert len(calls) == len(set(calls)) and len(calls) <= n_frames
     ds2 = evs.open(path, cache_bytes=1)  # no room to cache: batches still group by frame
     calls.clear()
     batch = ds2.get_many([5, 1, 3, 2, 4, 0])
@@ -222,20 +223,19 @@ def test_killed_compressed_writers_lose_no_committed_record(tmp_path):
 
 
 def test_sink_read_decompresses_only_the_frames_it_needs(tmp_path, monkeypatch):
-    """ZstdSink.read (old index segments, at commit) must not rebuild the seek table of every
-    frame in the file per call: each decompression gets a table of the one frame it reads,
-    and the bytes come back right across frames, commits (their seek tables are empty
-    frames in the list) and frames written after earlier reads."""
+    """ZstdSink.read (old index segments, at commit) decompresses only the frames holding
+    the bytes, and gives them back right across frames, commits (their run, map and index
+    frames lie between the data frames) and frames written after earlier reads."""
     path = tmp_path / "z.evs"
     writer = evs.Writer(path, compression="zstd", frame_size=256, durable=False)
-    tables = []
-    real = zstd.decompress_frame
+    checked = []
+    real = zstd_sink.check_frame
 
-    def spy(src, table, *args, **kwargs):
-        tables.append(table.num_frames)
-        return real(src, table, *args, **kwargs)
+    def spy(frame, cap, exact=True):
+        checked.append(len(frame))
+        return real(frame, cap, exact)
 
-    monkeypatch.setattr(zstd, "decompress_frame", spy)
+    monkeypatch.setattr(zstd_sink, "check_frame", spy)
     sink = writer._sink
     for commit in range(3):
         for i in range(40):
@@ -243,9 +243,10 @@ def test_sink_read_decompresses_only_the_frames_it_needs(tmp_path, monkeypatch):
         writer.commit()
         m = sink.pos // 1000
         logical = b"".join(sink.read(1000 * j, 1000) for j in range(m))
-        assert len(sink.csizes) > 30 * (commit + 1)
+        assert len(sink._fstart) > 30 * (commit + 1)
+        checked.clear()
         assert logical == bytes(sink.read(0, 1000 * m))
-    assert tables and max(tables) == 1
+        assert len(checked) == sum(1 for start in sink._flog if start < 1000 * m)
     writer.close()
     monkeypatch.undo()
     with evs.open(path) as ds:

@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 import evalue_store as evs
+from evalue_store import zstd_layout
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from kill_writers import record, same  # noqa: E402
@@ -55,23 +56,31 @@ def build(path: Path, compression: str | None) -> int:
 
 
 def zstd_regions(path: Path) -> list[tuple[int, int, str]]:
-    """(start, end, name) of every part of a compressed file: each frame's header, blocks
-    and content checksum, and the seek tables."""
+    """(start, end, name) of every part of a compressed (layout 2) file: the layout frame,
+    each data frame's header, blocks and content checksum, and each commit's run frame,
+    map frame and index block."""
     import zstandard
 
     data = path.read_bytes()
     with evs.open(path) as ds:
-        table = ds._source.table
-    regions = []
-    for k in range(table.num_frames):
-        a, b = int(table.compressed_offsets[k]), int(table.compressed_offsets[k + 1])
-        if table.decompressed_sizes[k] == 0:
-            regions.append((a, b, "earlier seek table"))
-            continue
-        h = zstandard.frame_header_size(data[a:b])
-        regions += [(a, a + h, "frame header"), (a + h, b - 4, "frame blocks")]
-        regions.append((b - 4, b, "frame checksum"))
-    regions.append((table.table_offset, table.end, "last seek table"))
+        source = ds._source
+        phys, _, csizes, _ = source._frame_map()
+        block = source.block
+        blocks = [block]
+        while block.previous:
+            block = zstd_layout.read_block(source.reader, block.group_start, source.layout_end)
+            blocks.append(block)
+        regions = [(0, source.layout_end, "layout frame")]
+    for a, n in zip(phys.tolist(), csizes.tolist()):
+        h = zstandard.frame_header_size(data[a : a + n])
+        regions += [(a, a + h, "frame header"), (a + h, a + n - 4, "frame blocks")]
+        regions.append((a + n - 4, a + n, "frame checksum"))
+    for block in blocks:
+        runs_here = [r.offset for r in block.runs if r.offset >= block.group_start]
+        if runs_here:
+            regions.append((runs_here[-1], block.map_offset, "run frame"))
+        regions.append((block.map_offset, block.offset, "map frame"))
+        regions.append((block.offset, block.end, "index block"))
     return regions
 
 

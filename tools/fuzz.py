@@ -17,7 +17,7 @@ Targets (``python tools/fuzz.py TARGET ...``):
                ``container``: the salvage of tails, plain and compressed.
 ``seekable``   ``seekable.read_seek_table``, ``decompress_frame`` of every frame (into
                new and caller buffers), ``find_last_seek_table``, ``frame_extent``,
-               ``zstd.read_dictionary``.
+               ``zstd_legacy.read_dictionary``.
 
 The contract checked: the only exception that may leave is ``evs.FormatError`` (the
 fuzzer passes no out-of-range index, so not even IndexError); libFuzzer's ``-timeout``
@@ -67,10 +67,10 @@ if _FUZZING:
 if _instrument is not None:
     with _instrument(include=["evalue_store"]):
         import evalue_store as evs
-        from evalue_store import java, seekable, zstd
+        from evalue_store import java, seekable, zframe, zstd_legacy
 else:
     import evalue_store as evs
-    from evalue_store import java, seekable, zstd
+    from evalue_store import java, seekable, zframe, zstd_legacy
 
 import numpy as np  # noqa: E402
 import zstandard  # noqa: E402
@@ -296,13 +296,13 @@ def run_java(data: bytes) -> None:
 
 
 def run_seekable(data: bytes) -> None:
-    dctx = seekable.new_decompressor()
+    dctx = zframe.new_decompressor()
     try:
-        zstd.read_dictionary(data, len(data))
+        zstd_legacy.read_dictionary(data, len(data))
     except evs.FormatError:
         pass
     try:
-        seekable.frame_extent(data, 0, len(data))
+        zframe.frame_extent(data)
     except evs.FormatError:
         pass
     tables = []
@@ -553,7 +553,7 @@ def hostile_inputs() -> dict[str, dict[str, bytes]]:
     block = struct.pack("<I", (len(body) << 3) | 1)[:3] + body
     liar = header + block + b"\x00\x00\x00\x00"
     compressed["zstd-header-claims-1GiB"] = _seekable([(liar, 1 << 30, 0)])
-    dict_head = struct.pack("<II", zstd.DICT_FRAME_MAGIC, 0xFFFFFFF0) + bytes(8)
+    dict_head = struct.pack("<II", zstd_legacy.DICT_FRAME_MAGIC, 0xFFFFFFF0) + bytes(8)
     plain = bytes(_plain_file([[1]]))
     rest = _CCTX.compress(plain)
     compressed["dictionary-claims-4GiB"] = _seekable(

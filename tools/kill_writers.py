@@ -16,7 +16,8 @@ then checks:
 
 Torn tails (``--torn``): a file whose last commit is cut, zero-filled or overwritten with
 garbage from every byte position of that commit (records, index segment, metadata, footer
-and, compressed, the last frame and the half-written seek table) to its end: the file
+and, compressed, the footer's frame, the run and map frames and the half-written index
+block) to its end: the file
 opens at the previous commit, recovery keeps exactly the complete records, appending works.
 
 Usage::
@@ -310,13 +311,13 @@ def _torn_file(path: str, compression: str | None) -> tuple[bytes, int, int, int
     ds = evs.open(path)
     regions = {}
     if compression:
-        table = ds._source.table
-        regions["data frames"] = (prev_end, int(table.compressed_offsets[-2]))
-        regions["last frame (index, metadata, footer)"] = (
-            int(table.compressed_offsets[-2]),
-            table.table_offset,
-        )
-        regions["seek table"] = (table.table_offset, table.end)
+        block = ds._source.block
+        runs_here = [r.offset for r in block.runs if r.offset >= block.group_start]
+        data_end = runs_here[-1] if runs_here else block.map_offset
+        regions["data frames"] = (prev_end, block.footer.physical)
+        regions["last frame (footer)"] = (block.footer.physical, data_end)
+        regions["run and map frames"] = (data_end, block.offset)
+        regions["index block"] = (block.offset, block.end)
     else:
         c = ds.commit
         seg = c.segments[-1]

@@ -1,7 +1,15 @@
 """evalue_store: memory-mapped, append-only storage for ExecuTorch EValue[] training records."""
 
 from .dtypes import BFLOAT16, bfloat16_to_float32, float32_to_bfloat16
-from .errors import ClosedError, EncodeError, Error, FormatError, WriterLockedError
+from .errors import (
+    ClosedError,
+    EncodeError,
+    Error,
+    FormatError,
+    InputMismatchError,
+    RemoteError,
+    WriterLockedError,
+)
 from .reader import Dataset, VerifyReport
 from .reader import open_dataset as open
 from .values import (
@@ -45,6 +53,7 @@ __all__ = [
     "EncodeError",
     "Error",
     "FormatError",
+    "InputMismatchError",
     "Int",
     "Kind",
     "ListBool",
@@ -52,6 +61,7 @@ __all__ = [
     "ListInt",
     "ListOptionalTensor",
     "ListTensor",
+    "RemoteError",
     "String",
     "Tensor",
     "Typed",

@@ -79,6 +79,11 @@ class FormatError(Error, ValueError):
         )
 
 
+class RemoteError(Error, OSError):
+    """A remote object (an fsspec URL) could not be read or written: the server kept
+    failing after retries. The message names the URL; the last failure is its cause."""
+
+
 class EncodeError(Error, ValueError):
     """A value that has no EValue encoding (wrong type, out of range, unsupported dtype)."""
 
@@ -90,3 +95,18 @@ class WriterLockedError(Error, RuntimeError):
 class ClosedError(Error, ValueError):
     """A Writer, ShardWriter or Dataset used after it was closed (or, for a Writer, after a
     failure it cannot undo: reopen the file)."""
+
+
+class InputMismatchError(Error, ValueError):
+    """A record that does not fit the inputs of an ExecuTorch program method
+    (``evalue_store.executorch``): ``record`` (None when every record is concerned, e.g. a
+    field the dataset lacks), ``field`` (its name, or ``"field K"`` for unnamed records),
+    ``expected`` (what the method's input wants) and ``found`` (what the record holds)."""
+
+    def __init__(self, record: int | None, field: str, expected: str, found: str):
+        self.record = record
+        self.field = field
+        self.expected = expected
+        self.found = found
+        where = field if record is None else f"record {record}, {field}"
+        super().__init__(f"{where}: the program expects {expected}; found {found}")

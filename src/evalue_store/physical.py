@@ -12,16 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .container import Commit, Header
-from .plain import PlainFile, PlainSink, open_plain, pwrite_all
-from .seekable import EMPTY_CHECKSUM
-from .zstd import (
-    ZstdFile,
-    ZstdSink,
-    dictionary_frame,
-    died_before_first_commit,
-    is_compressed,
-    open_zstd,
-)
+from .plain import PlainFile, PlainSink, open_plain
+from .zstd import append_state, died_before_first_commit, is_compressed, new_zstd_sink, open_zstd
 
 
 def open_source(
@@ -47,7 +39,7 @@ class Restart:
     dictionary: bytes | None
 
 
-def open_for_append(fd: int, size: int, path: str) -> PlainFile | ZstdFile | Restart:
+def open_for_append(fd: int, size: int, path: str) -> Any:
     """The state of an existing file opened for appending (its tail salvaged), whose
     ``sink(...)`` goes on writing it."""
     if not is_compressed(os.pread(fd, 8, 0)):
@@ -55,7 +47,7 @@ def open_for_append(fd: int, size: int, path: str) -> PlainFile | ZstdFile | Res
     dictionary = died_before_first_commit(fd, size)
     if dictionary is not None:
         return Restart(dictionary or None)
-    return ZstdFile(fd, size, path)
+    return append_state(fd, size, path)
 
 
 def new_sink(
@@ -64,13 +56,4 @@ def new_sink(
     """A sink for a new, empty file (a compressed one starts with its dictionary frame)."""
     if compression != "zstd":
         return PlainSink(fd, 0)
-    frames: tuple[list, list, list] = ([], [], [])
-    physical = 0
-    if dictionary:
-        head = dictionary_frame(dictionary)
-        pwrite_all(fd, memoryview(head), 0)
-        frames = ([len(head)], [0], [EMPTY_CHECKSUM])
-        physical = len(head)
-    return ZstdSink(
-        fd, physical, 0, frames, dictionary=dictionary, level=level, frame_size=frame_size
-    )
+    return new_zstd_sink(fd, dictionary, level=level, frame_size=frame_size)

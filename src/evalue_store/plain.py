@@ -6,7 +6,8 @@ sink that appends, and the state of an existing file opened for appending.
 
 The source protocol, which the compressed variant (``zstd``) implements too:
 ``size`` (logical bytes readable), ``read(offset, n)``, ``frame(offset, n)`` (a buffer and
-the position of ``offset`` in it), ``mapped`` (a view of all ``size`` bytes, or None),
+the position of ``offset`` in it), ``entry(at, i)`` (record ``i``'s index entry, stored at
+logical offset ``at``), ``mapped`` (a view of all ``size`` bytes, or None),
 ``chunks()`` (the bytes in order), ``last_commit(header)``, ``set_alignment(a)``,
 ``verify_frames()`` (problems of the physical layer), ``physical_end`` (file bytes up to the
 last commit), ``compressed``, ``checks_content`` (reads are already checked by the physical
@@ -23,7 +24,15 @@ from typing import Any
 import numpy as np
 
 from .buffers import close_map, map_file
-from .container import Commit, Header, align_up, find_last_commit, open_container
+from .container import (
+    ENTRY,
+    ENTRY_SIZE,
+    Commit,
+    Header,
+    align_up,
+    find_last_commit,
+    open_container,
+)
 from .errors import FormatError
 from .salvage import Salvage, scan_tail, side_file
 
@@ -61,6 +70,9 @@ class _PlainSource:
 
     def verify_frames(self) -> list[str]:
         return []
+
+    def entry(self, at: int, i: int) -> tuple[int, int, int, int]:
+        return ENTRY.unpack_from(*self.frame(at, ENTRY_SIZE))
 
 
 class MmapSource(_PlainSource):

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from . import batch, bounded, indexing
+from . import batch, bounded, indexing, remote, remote_cache
 from .batch import Batch, Out
 from .bounded import SHADOWED
 from .codec import compile_layout, decode_payload
@@ -52,17 +52,25 @@ class Dataset:
         max_frame_size: int = MAX_FRAME_SIZE,
         max_record_bytes: int | None = None,
         as_dict: bool = False,
+        filesystem: Any = None,
+        storage_options: dict | None = None,
+        cache_dir: str | os.PathLike | None = None,
     ):
         if backend not in ("mmap", "pread"):
             raise ValueError(f"backend must be 'mmap' or 'pread', not {backend!r}")
         self.path = os.fspath(path)
-        self._file = os.path.abspath(self.path)  # resolved now: refresh() ignores a chdir
         self.backend = backend
         self.verify_reads = verify
         self.cache_bytes = cache_bytes
         self.max_frame_size = max_frame_size
         self.max_record_bytes = max_record_bytes
         self.as_dict = as_dict
+        self.filesystem = filesystem
+        self._file = self.path  # a local path resolved now: refresh() ignores a chdir
+        if filesystem is None and not remote.is_url(self.path):
+            self._file = os.path.abspath(self.path)
+        self.storage_options = storage_options
+        self.cache_dir = None if cache_dir is None else os.fspath(cache_dir)
         self._source: Any = None
         self._load()
         if as_dict:
@@ -78,8 +86,18 @@ class Dataset:
         """Open the file at its last commit. A writer may be cutting off an uncommitted tail
         (abort, recovery) while the tail is searched: a FormatError from a file whose size
         changed meanwhile is that race, and the open is tried again."""
+        path = self._file
+        if self.filesystem is not None or remote.is_url(path):
+            fs, inner, url = remote.resolve(path, self.filesystem, self.storage_options)
+            if self.cache_dir is None:
+                source, header, commit, self._identity = remote.open_remote(
+                    fs, inner, url, cache_bytes=self.cache_bytes
+                )
+                self._install(source, header, commit, 0)
+                return
+            path = remote_cache.local_copy(fs, inner, url, self.cache_dir)
         for attempt in range(OPEN_ATTEMPTS):
-            fd = bounded.open_regular(self._file)
+            fd = bounded.open_regular(path)
             try:
                 st = os.fstat(fd)
             except BaseException:
@@ -88,7 +106,7 @@ class Dataset:
             try:
                 self._load_from(fd, st.st_size)  # closes fd
             except FormatError:
-                now = os.stat(self._file)
+                now = os.stat(path)
                 same = (now.st_size, now.st_mtime_ns, now.st_ino) == (
                     st.st_size,
                     st.st_mtime_ns,
@@ -180,6 +198,9 @@ class Dataset:
             "max_frame_size": self.max_frame_size,
             "max_record_bytes": self.max_record_bytes,
             "as_dict": self.as_dict,
+            "filesystem": self.filesystem,
+            "storage_options": self.storage_options,
+            "cache_dir": self.cache_dir,
         }
 
     def __setstate__(self, state: dict) -> None:
@@ -191,6 +212,9 @@ class Dataset:
         self.max_frame_size = state["max_frame_size"]
         self.max_record_bytes = state["max_record_bytes"]
         self.as_dict = state.get("as_dict", False)
+        self.filesystem = state.get("filesystem")
+        self.storage_options = state.get("storage_options")
+        self.cache_dir = state.get("cache_dir")
         self._source = None
         self._closed_by_pickle = True
         self._len = None
@@ -257,13 +281,19 @@ class Dataset:
 
     # ------------------------------------------------------------------ index
 
-    def _entry(self, i: int) -> tuple[int, int, int]:
+    def _entry_at(self, i: int) -> int:
         k = 0 if len(self._starts) == 1 else bisect.bisect_right(self._starts, i) - 1
-        seg = self._segments[k]
-        at = seg.offset + (i - self._starts[k]) * ENTRY_SIZE
-        buf, pos = self._source.frame(at, ENTRY_SIZE)
-        offset, length, crc, reserved = ENTRY.unpack_from(buf, pos)
+        return self._segments[k].offset + (i - self._starts[k]) * ENTRY_SIZE
+
+    def _entry_of(self, i: int) -> tuple[int, int, int, int]:
+        """Record ``i``'s index entry as stored (the source may find it without reading the
+        index: a compressed file's locators)."""
+        return self._source.entry(self._entry_at(i), i)
+
+    def _entry(self, i: int) -> tuple[int, int, int]:
+        offset, length, crc, reserved = self._entry_of(i)
         if reserved:
+            at = self._entry_at(i)
             raise FormatError(f"index entry of record {i} has reserved bits set", at, self.path)
         return offset, length, crc
 
@@ -416,11 +446,30 @@ class Dataset:
 
     def _get_positions(self, positions: list[int]) -> list[list]:
         wanted = sorted(zip(positions, range(len(positions))))
+        pin = getattr(self._source, "pin", None)  # a remote source fetches a batch at once
+        if pin is not None:
+            pin([(self._entry_at(i), ENTRY_SIZE) for i, _ in wanted], index=True)
         entries = [self._entry(i) for i, _ in wanted]  # all index lookups, then all records
+        if pin is not None:
+            pin([(o, FRAME_SIZE + n) for o, n, _ in entries if self._plausible(o, n)])
         result: list = [None] * len(wanted)
-        for (i, k), entry in zip(wanted, entries):
-            result[k] = self._read(i, *entry)
+        try:
+            for (i, k), entry in zip(wanted, entries):
+                result[k] = self._read(i, *entry)
+        finally:
+            if pin is not None:
+                self._source.unpin()
         return result
+
+    def _plausible(self, offset: int, length: int) -> bool:
+        """An entry whose frame lies within the commit and the record limit (worth fetching
+        ahead; ``_read`` reports any other)."""
+        limit = self.max_record_bytes
+        return (
+            offset >= self.header.data_start
+            and length <= self.commit.end - offset - FRAME_SIZE
+            and (limit is None or length <= limit)
+        )
 
     def __iter__(self) -> Iterator[list]:
         self._ensure_open()
@@ -550,6 +599,9 @@ def open_dataset(
     max_frame_size: int = MAX_FRAME_SIZE,
     max_record_bytes: int | None = None,
     as_dict: bool = False,
+    filesystem: Any = None,
+    storage_options: dict | None = None,
+    cache_dir: str | os.PathLike | None = None,
 ) -> Dataset:
     """Open a container for reading at its last commit.
 
@@ -568,6 +620,12 @@ def open_dataset(
 
     ``as_dict``: records come back as dicts keyed by the file's field names (``fields``;
     ValueError here if it has none) instead of lists.
+
+    ``path`` may be an fsspec URL (``s3://bucket/train.evs``, ``https://...``), or a path
+    within ``filesystem`` (an ``fsspec.AbstractFileSystem``); ``storage_options`` go to
+    fsspec (credentials, ``endpoint_url``...). Remote records are fetched by ranged
+    requests (``evalue_store.remote``); ``cache_dir`` instead keeps a checked local copy of
+    the whole object there and reads that.
     """
     return Dataset(
         path,
@@ -577,4 +635,7 @@ def open_dataset(
         max_frame_size=max_frame_size,
         max_record_bytes=max_record_bytes,
         as_dict=as_dict,
+        filesystem=filesystem,
+        storage_options=storage_options,
+        cache_dir=cache_dir,
     )

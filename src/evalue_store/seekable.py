@@ -13,74 +13,46 @@ a new seek table that lists every earlier frame, the previous seek table itself 
 empty frame, ``decompressed_size == 0``), and the new frames: see
 :meth:`SeekTable.entries_for_next_table`.
 
-Every size read from a file is checked before it is used to allocate or index, and a
-violation raises :class:`evalue_store.errors.FormatError` with the file offset.
+Frame-level checks live in ``zframe``. Every size read from a file is checked before it is
+used to allocate or index, and a violation raises :class:`evalue_store.errors.FormatError`
+with the file offset. A source is a buffer (bytes, mmap, numpy array) or a byte reader
+(``byteio``: an object with ``size`` and ``pread``) or a binary file object.
 """
 
 from __future__ import annotations
 
-import array
-import io
-import os
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, BinaryIO, NamedTuple, Union
+from typing import Any, NamedTuple
 
 import numpy as np
 import zstandard
 
 from .errors import FormatError
+from .zframe import (
+    DEFAULT_LEVEL,
+    MAGIC_NUMBER,
+    MAX_EXPANSION_RATIO,
+    MIN_FRAME_SIZE,
+    SKIPPABLE_HEADER,
+    SKIPPABLE_HEADER_SIZE,
+    SKIPPABLE_MAGIC_MIN,
+    FrameError,
+    aligned_empty,
+    check_frame,
+    decompress_into,
+    frame_checksum,
+    new_compressor,
+)
 
-__all__ = [
-    "SEEKABLE_MAGIC",
-    "SEEK_TABLE_SKIPPABLE_MAGIC",
-    "SEEK_TABLE_FOOTER_SIZE",
-    "SKIPPABLE_HEADER_SIZE",
-    "MAX_FRAMES",
-    "MAX_FRAME_DECOMPRESSED_SIZE",
-    "MAX_EXPANSION_RATIO",
-    "MIN_FRAME_SIZE",
-    "DEFAULT_MAX_FRAME_SIZE",
-    "EMPTY_CHECKSUM",
-    "CompressedFrame",
-    "SeekTable",
-    "new_compressor",
-    "new_decompressor",
-    "compress_frame",
-    "encode_seek_table",
-    "read_seek_table",
-    "find_last_seek_table",
-    "decompress_frame",
-    "aligned_empty",
-    "aligned_bytes",
-    "frame_extent",
-]
-
-Source = Union[bytes, bytearray, memoryview, "np.ndarray", BinaryIO]
-"""A whole file: any object exposing the buffer protocol (bytes, mmap, numpy uint8
-array, memoryview) or a binary file object with ``seek``/``read``."""
-
-# --- constants from the specs (docs/FRAMES.md has sources) -------------
-
-ZSTD_FRAME_MAGIC = 0xFD2FB528
-"""Magic number of a Zstandard frame (zstd_compression_format.md, Zstandard frames)."""
-SKIPPABLE_MAGIC_MIN = 0x184D2A50
-"""Skippable frames use any magic 0x184D2A50..0x184D2A5F (zstd_compression_format.md)."""
 SEEK_TABLE_SKIPPABLE_MAGIC = 0x184D2A5E
 """The one skippable magic the seekable format uses for its seek table."""
 SEEKABLE_MAGIC = 0x8F92EAB1
 """Seekable_Magic_Number: the last 4 bytes of every seekable file."""
-MAGIC_NUMBER = struct.Struct("<I")
-"""Every frame, zstd or skippable, starts with a 4-byte little-endian magic number."""
-SKIPPABLE_HEADER = struct.Struct("<II")
-"""Skippable frame header: 4-byte magic + 4-byte Frame_Size (User_Data follows)."""
-SKIPPABLE_HEADER_SIZE = SKIPPABLE_HEADER.size
 SEEK_TABLE_FOOTER = struct.Struct("<IBI")
 """Seek_Table_Footer: Number_Of_Frames (4) + Seek_Table_Descriptor (1) + magic (4)."""
 SEEK_TABLE_FOOTER_SIZE = SEEK_TABLE_FOOTER.size
-CONTENT_CHECKSUM = struct.Struct("<I")
-"""Content_Checksum: the last 4 bytes of a zstd frame that has one (low 32 bits of XXH64)."""
 CHECKSUM_FLAG = 0x80
 """Seek_Table_Descriptor bit 7: entries carry a 4-byte checksum."""
 RESERVED_BITS = 0x7C
@@ -91,36 +63,15 @@ the reference decoder's 32-bit seek-table size arithmetic from overflowing."""
 MAX_FRAME_DECOMPRESSED_SIZE = 0x80000000
 """Per-frame size limit of the reference compressor
 (ZSTD_SEEKABLE_MAX_FRAME_DECOMPRESSED_SIZE)."""
-BLOCK_SIZE_MAX = 128 * 1024
-"""Block_Maximum_Size is at most 128 KiB, for decompressed and compressed block size."""
-MIN_ZSTD_FRAME_HEADER = 6
-"""Magic (4) + Frame_Header_Descriptor (1) + Window_Descriptor or 1-byte FCS (1)."""
-MIN_BLOCK_SIZE = 4
-"""Smallest block that produces output: 3-byte header + 1 byte (RLE block content)."""
-MAX_EXPANSION_RATIO = BLOCK_SIZE_MAX // MIN_BLOCK_SIZE
-"""32768: no zstd frame decompresses to more than 32768 bytes per compressed byte.
-Each block yields at most 128 KiB and costs at least 4 bytes (an RLE block); raw and
-compressed blocks cost more per output byte, headers and checksum only add bytes."""
-MIN_FRAME_SIZE = SKIPPABLE_HEADER_SIZE
-"""No frame is smaller than 8 bytes: a skippable frame has an 8-byte header and a zstd
-frame needs at least a 6-byte header plus a 3-byte block header."""
 DEFAULT_MAX_FRAME_SIZE = 1 << 30
 """This module's default cap on one frame's decompressed size (1 GiB). evalue_store
 readers and appending writers use zstd.MAX_FRAME_SIZE (64 MiB, docs/FRAMES.md)."""
 EMPTY_CHECKSUM = 0x51D8E999
 """Low 32 bits of XXH64(b"", seed=0): the seek-table checksum of an empty frame, such as
 an earlier seek table kept as a skippable frame."""
-DEFAULT_LEVEL = 3
 
 _SEARCH_CHUNK = 1 << 20
 _MAGIC_BYTES = MAGIC_NUMBER.pack(SEEKABLE_MAGIC)
-
-
-def frame_checksum(buf: Any, end: int | None = None) -> int:
-    """The Content_Checksum of the zstd frame that ends at ``buf[end]`` (default: at the end
-    of ``buf``); the caller knows the frame has one (Content_Checksum_Flag set)."""
-    at = (len(buf) if end is None else end) - CONTENT_CHECKSUM.size
-    return CONTENT_CHECKSUM.unpack_from(buf, at)[0]
 
 
 # --- compression ---------------------------------------------------------------------
@@ -137,27 +88,6 @@ class CompressedFrame(NamedTuple):
     @property
     def compressed_size(self) -> int:
         return len(self.data)
-
-
-def new_compressor(
-    level: int = DEFAULT_LEVEL, dict_data: zstandard.ZstdCompressionDict | None = None
-) -> zstandard.ZstdCompressor:
-    """A compressor whose frames record their content size and content checksum.
-
-    Reuse it across frames to avoid re-creating contexts (and re-loading a dictionary).
-    """
-    return zstandard.ZstdCompressor(
-        level=level, dict_data=dict_data, write_content_size=True, write_checksum=True
-    )
-
-
-def new_decompressor(
-    dict_data: zstandard.ZstdCompressionDict | None = None,
-) -> zstandard.ZstdDecompressor:
-    """A decompressor for :func:`decompress_frame` (zstd's default 128 MiB window limit)."""
-    if dict_data is None:
-        return zstandard.ZstdDecompressor()
-    return zstandard.ZstdDecompressor(dict_data=dict_data)
 
 
 def compress_frame(
@@ -288,32 +218,27 @@ class SeekTable:
         )
 
 
-def _source_size(src: Source) -> int:
-    if _is_file(src):
-        try:
-            return os.fstat(src.fileno()).st_size
-        except (AttributeError, OSError, io.UnsupportedOperation):
-            pos = src.tell()
-            size = src.seek(0, io.SEEK_END)
-            src.seek(pos)
-            return size
-    return memoryview(src).nbytes
-
-
-def _resolve_end(src: Source, end: int | None) -> int:
+def _resolve_end(src: Any, end: int | None) -> int:
     """``end`` defaults to the source's size; a buffer must contain ``[0, end)`` (a file
     shorter than ``end`` shows up as a FormatError when read)."""
     if end is None:
-        return _source_size(src)
+        if hasattr(src, "pread"):
+            return src.size
+        if _is_file(src):
+            pos = src.tell()
+            size = src.seek(0, 2)
+            src.seek(pos)
+            return size
+        return memoryview(src).nbytes
     end = int(end)
-    if end < 0 or (not _is_file(src) and end > memoryview(src).nbytes):
+    buffer = not hasattr(src, "pread") and not _is_file(src)
+    if end < 0 or (buffer and end > memoryview(src).nbytes):
         raise ValueError(f"end {end} outside the source")
     return end
 
 
-def _is_file(src: Source) -> bool:
-    """Buffers (bytes, mmap, numpy arrays) are sliced in place; anything without the
-    buffer protocol is read as a file (mmap also has read/seek, but is a buffer)."""
+def _is_file(src: Any) -> bool:
+    """A binary file object (``seek``/``read``) rather than a buffer (mmap has both)."""
     try:
         memoryview(src).release()
     except TypeError:
@@ -321,45 +246,28 @@ def _is_file(src: Source) -> bool:
     return False
 
 
-def _read_at(src: Source, offset: int, size: int) -> memoryview | bytes:
-    """Exactly ``size`` bytes at ``offset``: a zero-copy view for buffers, a read for
-    files. A short result means the file is shorter than the caller said."""
-    if not _is_file(src):
-        view = memoryview(src).cast("B")
-        chunk = view[offset : offset + size]
+def read_at(src: Any, offset: int, size: int) -> memoryview | bytes:
+    """Exactly ``size`` bytes at ``offset``: a zero-copy view of a buffer, or one pread of
+    a byte reader. A short result means the file is shorter than the caller said."""
+    if hasattr(src, "pread"):
+        chunk = src.pread(offset, size)
+    elif _is_file(src):
+        src.seek(offset)
+        chunk = src.read(size)
     else:
-        chunk = None
-        try:
-            fd = src.fileno()
-        except (AttributeError, OSError, io.UnsupportedOperation):
-            fd = None
-        if fd is not None and hasattr(os, "pread"):
-            parts = []
-            got = 0
-            while got < size:
-                part = os.pread(fd, size - got, offset + got)
-                if not part:
-                    break
-                parts.append(part)
-                got += len(part)
-            chunk = b"".join(parts)
-        else:
-            src.seek(offset)
-            chunk = src.read(size)
+        chunk = memoryview(src).cast("B")[offset : offset + size]
     if len(chunk) != size:
         raise FormatError(f"file ends before byte {offset + size} (truncated?)", offset)
     return chunk
 
 
-def _parse_header_footer(src: Source, end: int) -> tuple[int, int, int]:
+def _parse_header_footer(src: Any, end: int) -> tuple[int, int, int]:
     """O(1) checks of a seek table ending at ``end``: footer magic, descriptor, frame
     count vs. bytes available, skippable header. Returns (n, entry_size, table_offset)."""
     if end < SKIPPABLE_HEADER_SIZE + SEEK_TABLE_FOOTER_SIZE:
         raise FormatError(f"{end} bytes cannot hold a seek table (needs 17)", 0)
     footer_at = end - SEEK_TABLE_FOOTER_SIZE
-    n, descriptor, magic = SEEK_TABLE_FOOTER.unpack(
-        _read_at(src, footer_at, SEEK_TABLE_FOOTER_SIZE)
-    )
+    n, descriptor, magic = SEEK_TABLE_FOOTER.unpack(read_at(src, footer_at, SEEK_TABLE_FOOTER_SIZE))
     if magic != SEEKABLE_MAGIC:
         raise FormatError(f"no seekable magic at end (found {magic:#010x})", end - 4)
     if descriptor & RESERVED_BITS:
@@ -378,7 +286,7 @@ def _parse_header_footer(src: Source, end: int) -> tuple[int, int, int]:
         )
     table_offset = end - table_size
     skip_magic, frame_size = SKIPPABLE_HEADER.unpack(
-        _read_at(src, table_offset, SKIPPABLE_HEADER_SIZE)
+        read_at(src, table_offset, SKIPPABLE_HEADER_SIZE)
     )
     if skip_magic != SEEK_TABLE_SKIPPABLE_MAGIC:
         raise FormatError(
@@ -395,11 +303,11 @@ def _parse_header_footer(src: Source, end: int) -> tuple[int, int, int]:
 
 
 def _parse_entries(
-    src: Source, n: int, entry_size: int, table_offset: int, end: int, max_frame_size: int
+    src: Any, n: int, entry_size: int, table_offset: int, end: int, max_frame_size: int
 ) -> SeekTable:
     """O(n) numpy checks of the entries; every allocation here is bounded by the file."""
     entries_at = table_offset + SKIPPABLE_HEADER_SIZE
-    raw = _read_at(src, entries_at, n * entry_size)
+    raw = read_at(src, entries_at, n * entry_size)
     words = np.frombuffer(raw, dtype="<u4").reshape(n, entry_size // 4)
     csize = words[:, 0].astype(np.int64)
     dsize = words[:, 1].astype(np.int64)
@@ -435,7 +343,7 @@ def _parse_entries(
 
 
 def read_seek_table(
-    src: Source, end: int | None = None, *, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE
+    src: Any, end: int | None = None, *, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE
 ) -> SeekTable:
     """Parse and validate the seek table that ends at ``end`` (default: end of ``src``).
 
@@ -450,11 +358,11 @@ def read_seek_table(
     return _parse_entries(src, n, entry_size, table_offset, end, max_frame_size)
 
 
-def _magic_positions(src: Source, end: int) -> Iterator[int]:
+def _magic_positions(src: Any, end: int) -> Iterator[int]:
     """Offsets of SEEKABLE_MAGIC starting before ``end - 3``, from the last backwards.
     Each byte is scanned a bounded number of times (linear)."""
     hi = end
-    if hasattr(src, "rfind") and not _is_file(src):  # bytes, bytearray, mmap
+    if hasattr(src, "rfind") and not hasattr(src, "pread") and not _is_file(src):  # bytes, mmap
         while True:
             p = src.rfind(_MAGIC_BYTES, 0, hi)
             if p < 0:
@@ -463,7 +371,7 @@ def _magic_positions(src: Source, end: int) -> Iterator[int]:
             hi = p + 3
     while hi >= 4:
         lo = max(0, hi - _SEARCH_CHUNK)
-        block = bytes(_read_at(src, lo, hi - lo))
+        block = bytes(read_at(src, lo, hi - lo))
         top = len(block)
         while True:
             p = block.rfind(_MAGIC_BYTES, 0, top)
@@ -477,7 +385,7 @@ def _magic_positions(src: Source, end: int) -> Iterator[int]:
 
 
 def find_last_seek_table(
-    src: Source, end: int | None = None, *, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE
+    src: Any, end: int | None = None, *, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE
 ) -> tuple[SeekTable, int] | None:
     """The last valid seek table ending at or before ``end`` and its end offset, or None.
 
@@ -509,109 +417,34 @@ def find_last_seek_table(
 # --- decompressing one frame ---------------------------------------------------------
 
 
-def aligned_empty(nbytes: int, logical_start: int = 0, alignment: int = 64) -> np.ndarray:
-    """Uninitialised uint8 array of ``nbytes`` whose element ``i`` is meant to hold logical
-    byte ``logical_start + i``, placed so that ``(data pointer - logical_start) %
-    alignment == 0``: every logical offset that is a multiple of ``alignment`` lands on
-    an aligned address (tensors keep their file alignment in memory)."""
-    if nbytes < 0 or alignment < 1:
-        raise ValueError("nbytes must be >= 0 and alignment >= 1")
-    raw = np.empty(nbytes + alignment, dtype=np.uint8)
-    address = raw.__array_interface__["data"][0]  # cheaper than raw.ctypes.data
-    shift = (logical_start - address) % alignment
-    return raw[shift : shift + nbytes]
-
-
-_ZERO_BYTE = array.array("B", [0])
-
-
-def aligned_bytes(nbytes: int, logical_start: int = 0, alignment: int = 64) -> memoryview:
-    """A zeroed, writable memoryview placed as by :func:`aligned_empty`, made faster: an
-    array's buffer_info() gives its address for a fraction of what numpy's does, which
-    counts when a random read decompresses one small frame."""
-    if nbytes < 0 or alignment < 1:
-        raise ValueError("nbytes must be >= 0 and alignment >= 1")
-    raw = _ZERO_BYTE * (nbytes + alignment)
-    shift = (logical_start - raw.buffer_info()[0]) % alignment
-    return memoryview(raw)[shift : shift + nbytes]
-
-
-def _walk_blocks(
-    frame, header_size: int, window_size: int, has_checksum: bool, exact: bool = True
-) -> tuple[int, int, int]:
-    """Walk the block headers of one zstd frame without decoding.
-
-    Returns (frame length, min output, max output): raw and RLE blocks give exact sizes,
-    a compressed block at most Block_Maximum_Size. Lets us reject a frame whose extent
-    or declared size is impossible before allocating or decompressing anything. With
-    ``exact`` the frame must end exactly at ``len(frame)``; without, it may end before
-    (used to find where a frame ends when no seek table says so).
-    """
-    block_max = min(window_size, BLOCK_SIZE_MAX)
-    limit = len(frame)
-    pos = header_size
-    lo = hi = 0
-    while True:
-        if pos + 3 > limit:
-            raise ValueError(f"block header at {pos} runs past the frame's {limit} bytes")
-        header = frame[pos] | (frame[pos + 1] << 8) | (frame[pos + 2] << 16)
-        pos += 3
-        block_type = (header >> 1) & 3
-        block_size = header >> 3
-        if block_size > block_max:
-            raise ValueError(f"block size {block_size} over Block_Maximum_Size {block_max}")
-        if block_type == 0:
-            pos += block_size
-            lo += block_size
-            hi += block_size
-        elif block_type == 1:
-            pos += 1
-            lo += block_size
-            hi += block_size
-        elif block_type == 2:
-            pos += block_size
-            hi += block_max
-        else:
-            raise ValueError("reserved block type")
-        if header & 1:
-            break
-    if has_checksum:
-        pos += 4
-    if pos > limit or (exact and pos != limit):
-        raise ValueError(f"zstd frame is {pos} bytes long but its seek table entry says {limit}")
-    return pos, lo, hi
-
-
 def decompress_frame(
-    src: Source,
+    src: Any,
     table: SeekTable,
     k: int,
-    out=None,
+    out: Any = None,
     *,
     dctx: zstandard.ZstdDecompressor | None = None,
     alignment: int = 64,
 ) -> np.ndarray:
     """Decompress frame ``k`` into ``out`` (writable buffer of at least its decompressed
-    size) or into a new array from :func:`aligned_empty` aligned to the frame's logical
-    offset. Returns a uint8 array over exactly the frame's bytes.
+    size) or into a new array from ``aligned_empty`` aligned to the frame's logical offset.
+    Returns a uint8 array over exactly the frame's bytes.
 
-    Before allocating: the frame's header must declare the seek table's decompressed
-    size and a content checksum equal to the table's, and its blocks must end exactly
-    at the table's frame end and be able to produce that size. Decompression writes at
-    most the declared size (bounded reader), then must reach the frame end; libzstd
-    verifies the content checksum. A skippable frame (an earlier seek table) must be
-    listed as empty with ``EMPTY_CHECKSUM``. Errors raise FormatError naming the frame
-    and its file offset.
+    Before allocating: the frame's header must declare the seek table's decompressed size
+    and a content checksum equal to the table's, and its blocks must end exactly at the
+    table's frame end and be able to produce that size (``zframe.check_frame``). A
+    skippable frame (an earlier seek table) must be listed as empty with
+    ``EMPTY_CHECKSUM``. Errors raise FormatError naming the frame and its file offset.
     """
     if not 0 <= k < table.num_frames:
         raise IndexError(f"frame {k} outside [0, {table.num_frames})")
     c0 = int(table.compressed_offsets[k])
     csize = int(table.compressed_sizes[k])
     dsize = int(table.decompressed_sizes[k])
-    expected_checksum = None if table.checksums is None else int(table.checksums[k])
+    expected = None if table.checksums is None else int(table.checksums[k])
 
-    def fail(reason: str, offset: int = c0) -> FormatError:
-        return FormatError(f"frame {k}: {reason}", offset)
+    def fail(reason: str) -> FormatError:
+        return FormatError(f"frame {k}: {reason}", c0)
 
     if out is not None:
         target = memoryview(out).cast("B")
@@ -620,83 +453,32 @@ def decompress_frame(
         if target.nbytes < dsize:
             raise ValueError(f"out holds {target.nbytes} bytes, frame {k} needs {dsize}")
         target = target[:dsize]
-    frame = _read_at(src, c0, csize)
+    frame = read_at(src, c0, csize)
     (magic,) = MAGIC_NUMBER.unpack_from(frame)
-
     if magic & 0xFFFFFFF0 == SKIPPABLE_MAGIC_MIN:
         _, user_size = SKIPPABLE_HEADER.unpack_from(frame)
         if user_size + SKIPPABLE_HEADER_SIZE != csize:
             raise fail(f"skippable frame holds {user_size + 8} bytes, seek table says {csize}")
         if dsize != 0:
             raise fail(f"skippable frame listed with decompressed size {dsize}, not 0")
-        if expected_checksum is not None and expected_checksum != EMPTY_CHECKSUM:
-            raise fail(f"skippable frame listed with checksum {expected_checksum:#010x}")
+        if expected is not None and expected != EMPTY_CHECKSUM:
+            raise fail(f"skippable frame listed with checksum {expected:#010x}")
         return np.empty(0, dtype=np.uint8) if out is None else np.frombuffer(target, np.uint8)
-
-    if magic != ZSTD_FRAME_MAGIC:
-        raise fail(f"not a zstd frame (magic {magic:#010x})")
     try:
-        params = zstandard.get_frame_parameters(frame)
-        header_size = zstandard.frame_header_size(frame)
-    except zstandard.ZstdError as e:
-        raise fail(f"bad frame header: {e}") from None
-    if params.content_size == zstandard.CONTENTSIZE_UNKNOWN:
-        raise fail("frame header does not record its content size")
-    if params.content_size != dsize:
-        raise fail(f"frame header declares {params.content_size} bytes, seek table {dsize}")
-    if not params.has_checksum:
-        raise fail("frame has no content checksum")
-    try:
-        _, lo, hi = _walk_blocks(frame, header_size, params.window_size, params.has_checksum)
-    except ValueError as e:
-        raise fail(str(e)) from None
-    if not lo <= dsize <= hi:
-        raise fail(f"blocks can produce {lo}..{hi} bytes, not the declared {dsize}")
-    stored = frame_checksum(frame, csize)
-    if expected_checksum is not None and stored != expected_checksum:
-        raise fail(
-            f"content checksum {stored:#010x} differs from the seek table's "
-            f"{expected_checksum:#010x}"
-        )
-
-    if out is None:
-        result = aligned_empty(dsize, int(table.decompressed_offsets[k]), alignment)
-        target = memoryview(result)
-    else:
-        result = np.frombuffer(target, dtype=np.uint8)
-    if dctx is None:
-        dctx = new_decompressor()
-    try:
-        reader = dctx.stream_reader(frame, read_across_frames=False)
-        filled = 0
-        while filled < dsize:
-            got = reader.readinto(target[filled:])
-            if got == 0:
-                raise fail(f"frame ended after {filled} of {dsize} declared bytes")
-            filled += got
-        if reader.read(1):
-            raise fail(f"frame decompresses to more than its declared {dsize} bytes")
-    except zstandard.ZstdError as e:
-        raise fail(f"decompression failed: {e}") from None
+        _, declared = check_frame(frame, MAX_FRAME_DECOMPRESSED_SIZE)
+        if declared != dsize:
+            raise FrameError(f"frame header declares {declared} bytes, seek table {dsize}")
+        stored = frame_checksum(frame, csize)
+        if expected is not None and stored != expected:
+            raise FrameError(
+                f"content checksum {stored:#010x} differs from the seek table's {expected:#010x}"
+            )
+        if out is None:
+            result = aligned_empty(dsize, int(table.decompressed_offsets[k]), alignment)
+            target = memoryview(result)
+        else:
+            result = np.frombuffer(target, dtype=np.uint8)
+        decompress_into(frame, target, dctx or zstandard.ZstdDecompressor())
+    except FrameError as exc:
+        raise fail(str(exc)) from None
     return result
-
-
-def frame_extent(src: Source, offset: int, end: int) -> int | None:
-    """Length of the complete zstd frame (with content size and checksum) at ``offset``,
-    or None if the bytes up to ``end`` do not hold one. Recovery uses it to walk frames
-    written after the last seek table, where no table gives their sizes."""
-    if end - offset < MIN_ZSTD_FRAME_HEADER + 3:
-        return None
-    head = bytes(_read_at(src, offset, min(end - offset, 18)))
-    if MAGIC_NUMBER.unpack_from(head)[0] != ZSTD_FRAME_MAGIC:
-        return None
-    try:
-        params = zstandard.get_frame_parameters(head)
-        header_size = zstandard.frame_header_size(head)
-        frame = _read_at(src, offset, end - offset)
-        length, _, _ = _walk_blocks(frame, header_size, params.window_size, True, exact=False)
-    except (zstandard.ZstdError, ValueError):
-        return None
-    if params.content_size == zstandard.CONTENTSIZE_UNKNOWN or not params.has_checksum:
-        return None
-    return length

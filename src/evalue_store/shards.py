@@ -34,12 +34,13 @@ import stat
 import tempfile
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Union
 
 import numpy as np
 
-from . import batch, indexing
+from . import batch, indexing, remote, remote_shards
 from .batch import Batch, Out
 from .bounded import open_regular
 from .container import ENTRY_SIZE, encode_footer
@@ -126,26 +127,27 @@ def write_manifest(
     ``replace`` an existing manifest is never replaced (FileExistsError)."""
     path = os.path.abspath(os.fspath(path))
     base = os.path.dirname(path)
-    _atomic_write_json(
-        path,
-        {
-            "format": MANIFEST_FORMAT,
-            "version": MANIFEST_VERSION,
-            "records": sum(s.records for s in shards),
-            "shards": [
-                {
-                    "path": os.path.relpath(s.path, base),
-                    "records": s.records,
-                    "bytes": s.nbytes,
-                    "footer_sha256": s.footer_sha256,
-                }
-                for s in shards
-            ],
-        },
-        durable,
-        replace,
-    )
+    doc = manifest_doc(shards, lambda p: os.path.relpath(p, base))
+    _atomic_write_json(path, doc, durable, replace)
     return path
+
+
+def manifest_doc(shards: Sequence[ShardInfo], name: Any) -> dict:
+    """A manifest's JSON; ``name(path)`` is how a shard's path is written."""
+    return {
+        "format": MANIFEST_FORMAT,
+        "version": MANIFEST_VERSION,
+        "records": sum(s.records for s in shards),
+        "shards": [
+            {
+                "path": name(s.path),
+                "records": s.records,
+                "bytes": s.nbytes,
+                "footer_sha256": s.footer_sha256,
+            }
+            for s in shards
+        ],
+    }
 
 
 def read_manifest(path: PathLike) -> list[ShardInfo]:
@@ -159,13 +161,18 @@ def read_manifest(path: PathLike) -> list[ShardInfo]:
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         # RecursionError: nesting deeper than json can parse
         raise FormatError(f"manifest is not JSON: {exc}", None, path, code=MANIFEST) from None
+    base = os.path.dirname(path)
+    return parse_manifest(doc, path, lambda name: os.path.normpath(os.path.join(base, name)))
+
+
+def parse_manifest(doc: Any, path: str, join: Any) -> list[ShardInfo]:
+    """The shards of a manifest's parsed JSON; ``join(name)`` places a listed name."""
     if not isinstance(doc, dict) or doc.get("format") != MANIFEST_FORMAT:
         raise FormatError(f"not an {MANIFEST_FORMAT} manifest", None, path, code=MANIFEST)
     if doc.get("version") != MANIFEST_VERSION:
         raise FormatError(
             f"unsupported manifest version {doc.get('version')!r}", None, path, code=MANIFEST
         )
-    base = os.path.dirname(path)
     items = doc.get("shards")
     if not isinstance(items, list):
         raise FormatError("'shards' is not a list", None, path, code=MANIFEST)
@@ -184,9 +191,7 @@ def read_manifest(path: PathLike) -> list[ShardInfo]:
             raise FormatError(
                 f"shards[{k}].footer_sha256 is not a SHA-256 in hex", None, path, code=MANIFEST
             )
-        shards.append(
-            ShardInfo(os.path.normpath(os.path.join(base, name)), records, nbytes, digest)
-        )
+        shards.append(ShardInfo(join(name), records, nbytes, digest))
     total = _count(doc.get("records"), "records", path)
     if total != sum(s.records for s in shards):
         raise FormatError(
@@ -265,6 +270,16 @@ def _default_manifest(pattern: str) -> str:
     return os.path.join(directory, stem + MANIFEST_SUFFIX if stem else DIRECTORY_MANIFEST)
 
 
+def shard_full(writer: Writer, max_records: int | None, max_bytes: int | None) -> bool:
+    """Whether a shard being written has reached a limit, so the next record starts a new one."""
+    n = len(writer)
+    if max_records is not None and n >= max_records:
+        return True
+    # tell() is the logical end, buffer included; each record adds an index entry at commit.
+    size = writer.tell() + ENTRY_SIZE * n
+    return max_bytes is not None and size >= max_bytes
+
+
 class ShardWriter:
     """Writes records across shard files named ``pattern.format(n)`` for n = 0, 1, ...
 
@@ -302,15 +317,20 @@ class ShardWriter:
         durable: bool = True,
         overwrite: bool = False,
         resume: bool = False,
+        filesystem: Any = None,
+        storage_options: dict | None = None,
         **writer_options: Any,
     ):
-        self.pattern = os.path.abspath(os.fspath(pattern))  # a later chdir changes nothing
+        self.pattern = os.fspath(pattern)
+        self._staging: remote_shards.Staging | None = None
         try:
             one_placeholder = self.pattern.format(0) != self.pattern.format(1)
         except (IndexError, KeyError, ValueError) as exc:
             raise ValueError(
                 f"pattern {self.pattern!r} must have one placeholder such as {{:05d}} ({exc})"
             ) from None
+        if filesystem is None and not remote.is_url(self.pattern):
+            self.pattern = os.path.abspath(self.pattern)  # a later chdir changes nothing
         if not one_placeholder:
             raise ValueError(f"pattern {self.pattern!r} needs a placeholder such as {{:05d}}")
         for name, limit in (("max_records", max_records), ("max_bytes", max_bytes)):
@@ -322,6 +342,19 @@ class ShardWriter:
         self.manifest_path = os.path.abspath(
             os.fspath(manifest) if manifest is not None else _default_manifest(self.pattern)
         )
+        if filesystem is not None or remote.is_url(self.pattern):
+            if resume:
+                raise ValueError("resume needs a local pattern (an object has no append)")
+            self._staging = remote_shards.Staging(
+                self.pattern,
+                None if manifest is None else os.fspath(manifest),
+                _default_manifest(self.pattern),
+                filesystem,
+                storage_options,
+                overwrite,
+            )
+            self.pattern = self._staging.local_pattern
+            self.manifest_path = self._staging.manifest_url
         self.writer_options = writer_options
         self.durable = durable
         self.mode = "w" if overwrite else "x"
@@ -360,12 +393,7 @@ class ShardWriter:
         self._fields = Fields(self._writer.fields, self._writer.fields is None and self._count > 0)
 
     def _full(self, writer: Writer) -> bool:
-        n = len(writer)
-        if self.max_records is not None and n >= self.max_records:
-            return True
-        # tell() is the logical end, buffer included; each record adds an index entry at commit.
-        size = writer.tell() + ENTRY_SIZE * n
-        return self.max_bytes is not None and size >= self.max_bytes
+        return shard_full(writer, self.max_records, self.max_bytes)
 
     @property
     def fields(self) -> tuple[str, ...] | None:
@@ -405,7 +433,11 @@ class ShardWriter:
     def _finish_shard(self) -> None:
         assert self._writer is not None
         self._writer.close()
-        self.shards.append(describe_shard(self._writer.path))
+        info = describe_shard(self._writer.path)
+        if self._staging is not None:
+            url = self._staging.upload_shard(len(self.shards), info.path)
+            info = ShardInfo(url, info.records, info.nbytes, info.footer_sha256)
+        self.shards.append(info)
         self._writer = None
 
     def __len__(self) -> int:
@@ -420,18 +452,24 @@ class ShardWriter:
         if self._closed:
             return
         self._closed = True
-        if self._writer is not None and not manifest:
-            self._writer.abort()  # as ``with Writer`` does when an exception leaves it
-        elif self._writer is not None:
-            self._finish_shard()
-        if manifest:
-            replace = self.mode == "w" or self._resumed
-            write_manifest(self.manifest_path, self.shards, self.durable, replace)
-            if self.mode == "w":  # an earlier run's later shards must not be read with ours
-                k = len(self.shards)
-                while os.path.lexists(self.pattern.format(k)):
-                    os.unlink(self.pattern.format(k))
-                    k += 1
+        try:
+            if self._writer is not None and not manifest:
+                self._writer.abort()  # as ``with Writer`` does when an exception leaves it
+            elif self._writer is not None:
+                self._finish_shard()
+            if manifest and self._staging is not None:
+                self._staging.upload_manifest(manifest_doc(self.shards, lambda p: p))
+            elif manifest:
+                replace = self.mode == "w" or self._resumed
+                write_manifest(self.manifest_path, self.shards, self.durable, replace)
+                if self.mode == "w":  # an earlier run's later shards must not be read with ours
+                    k = len(self.shards)
+                    while os.path.lexists(self.pattern.format(k)):
+                        os.unlink(self.pattern.format(k))
+                        k += 1
+        finally:
+            if self._staging is not None:
+                self._staging.cleanup()
 
     def __enter__(self) -> ShardWriter:
         return self
@@ -481,8 +519,13 @@ def _directory_members(directory: str) -> list[str]:
     return files
 
 
-def resolve_shards(source: Source) -> list[ShardInfo]:
+def resolve_shards(
+    source: Source, filesystem: Any = None, storage_options: dict | None = None
+) -> list[ShardInfo]:
     """The shards a source names, in order. See ``open_shards`` for the accepted forms."""
+    first = source if isinstance(source, (str, os.PathLike)) else next(iter(source), "")
+    if filesystem is not None or remote.is_url(first):
+        return _resolve_remote(source, filesystem, storage_options)
     shards: list[ShardInfo] = []
     for path in _expand(source):
         members = _directory_members(path) if os.path.isdir(path) else [path]
@@ -498,6 +541,20 @@ def resolve_shards(source: Source) -> list[ShardInfo]:
         raise FormatError(
             f"the shards of {source!r:.200} hold more than 2^63-1 records in all", code=LIMIT
         )
+    return shards
+
+
+def _resolve_remote(source: Source, filesystem: Any, options: dict | None) -> list[ShardInfo]:
+    shards: list[ShardInfo] = []
+    for fs, inner, url in remote_shards.expand_remote(source, filesystem, options, SHARD_SUFFIXES):
+        if inner.endswith(".json"):
+            listed = remote_shards.read_remote_manifest(fs, inner, url, parse_manifest)
+            remote_shards.check_listed(fs, listed, url)
+            shards.extend(listed)
+        else:
+            with open_dataset(inner, verify=False, filesystem=fs) as ds:
+                shards.append(ShardInfo(url, len(ds), ds.commit.end, footer_checksum(ds)))
+    _check_unique(shards)
     return shards
 
 
@@ -523,6 +580,9 @@ class ShardedDataset:
         max_frame_size: int = MAX_FRAME_SIZE,
         max_record_bytes: int | None = None,
         as_dict: bool = False,
+        filesystem: Any = None,
+        storage_options: dict | None = None,
+        cache_dir: PathLike | None = None,
     ):
         if max_open < 1:
             raise ValueError("max_open must be at least 1")
@@ -538,6 +598,9 @@ class ShardedDataset:
             "max_frame_size": max_frame_size,
             "max_record_bytes": max_record_bytes,
             "as_dict": as_dict,
+            "filesystem": filesystem,
+            "storage_options": storage_options,
+            "cache_dir": cache_dir,
         }
         counts = np.array([s.records for s in self.shards], dtype=np.int64)
         self.counts = counts
@@ -640,10 +703,22 @@ class ShardedDataset:
         out: list[Any] = [None] * len(idx)
         order = np.argsort(shard_of, kind="stable")
         groups = np.flatnonzero(np.diff(shard_of[order])) + 1
-        for positions in np.split(order, groups) if len(order) else []:
-            k = int(shard_of[positions[0]])
-            local = idx[positions] - self.offsets[k]
-            for p, record in zip(positions.tolist(), self.shard(k).get_many(local)):
+        parts = np.split(order, groups) if len(order) else []
+        keys = [int(shard_of[p[0]]) for p in parts]
+
+        def read(k: int, positions: np.ndarray, ds: Dataset | None = None) -> list[list]:
+            return (ds or self.shard(k)).get_many(idx[positions] - self.offsets[k])
+
+        if 1 < len(parts) <= self.max_open and remote.is_url(self.shards[0].path):
+            # Shards in object storage: their rounds of requests at the same time. Opening
+            # is not thread-safe (the open-shard table), reading distinct shards is.
+            opened = [self.shard(k) for k in keys]
+            with ThreadPoolExecutor(min(len(parts), 16)) as pool:
+                batches = list(pool.map(read, keys, parts, opened))
+        else:
+            batches = (read(k, positions) for k, positions in zip(keys, parts))
+        for positions, records in zip(parts, batches):
+            for p, record in zip(positions.tolist(), records):
                 out[p] = record
         return out
 
@@ -669,10 +744,17 @@ class ShardedDataset:
         # digests. No open files: the receiver opens shards itself.
         paths = self.paths
         base = os.path.commonpath(paths) if len(paths) > 1 else os.path.dirname("".join(paths))
+        if paths and remote.is_url(paths[0]):
+            base = ""  # URLs as they are (commonpath would fold their "//")
         return {
             "base": base,
             "shards": [
-                (os.path.relpath(s.path, base), s.records, s.nbytes, bytes.fromhex(s.footer_sha256))
+                (
+                    os.path.relpath(s.path, base) if base else s.path,
+                    s.records,
+                    s.nbytes,
+                    bytes.fromhex(s.footer_sha256),
+                )
                 for s in self.shards
             ],
             "max_open": self.max_open,
@@ -702,6 +784,9 @@ def open_shards(
     max_frame_size: int = MAX_FRAME_SIZE,
     max_record_bytes: int | None = None,
     as_dict: bool = False,
+    filesystem: Any = None,
+    storage_options: dict | None = None,
+    cache_dir: PathLike | None = None,
 ) -> ShardedDataset:
     """Open shards as one dataset. ``source`` is a container file, a manifest (``*.json``),
     a glob (sorted), a directory (its manifest.json, else its ``*.evs`` and ``*.evs.zst``
@@ -710,10 +795,12 @@ def open_shards(
     With manifests, opening reads only the manifests: shards open on first use and are
     checked then. Without, each shard is opened once to count its records. ``validate``
     checks every shard now instead. ``backend``, ``verify``, ``cache_bytes``,
-    ``max_frame_size``, ``max_record_bytes`` and ``as_dict`` are as for ``evalue_store.open``.
+    ``max_frame_size``, ``max_record_bytes`` and ``as_dict`` are as for ``evalue_store.open``,
+    and so are ``filesystem``, ``storage_options`` and ``cache_dir`` for shards in object
+    storage (URLs, a remote glob, directory or manifest).
     """
     ds = ShardedDataset(
-        resolve_shards(source),
+        resolve_shards(source, filesystem, storage_options),
         backend=backend,
         verify=verify,
         max_open=max_open,
@@ -721,6 +808,9 @@ def open_shards(
         max_frame_size=max_frame_size,
         max_record_bytes=max_record_bytes,
         as_dict=as_dict,
+        filesystem=filesystem,
+        storage_options=storage_options,
+        cache_dir=cache_dir,
     )
     if validate:
         ds.validate()

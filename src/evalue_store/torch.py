@@ -163,6 +163,8 @@ class _Columns:
             return tensor if array is column else as_torch(column)
         if isinstance(column, torch.Tensor):
             return column
+        if not any(isinstance(v, (np.ndarray, list)) for v in column):
+            return column  # strings, numbers, None: as they are
         return [as_torch(v) for v in column]
 
 

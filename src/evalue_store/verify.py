@@ -46,8 +46,7 @@ def verify_dataset(ds: Any, progress: Any = None) -> VerifyReport:
     try:
         for first, count, piece in bounded.index_pieces(ds._source.read, ds._segments):
             if isinstance(piece, FormatError):
-                reason = f"index entry unreadable: {piece.reason}"
-                bad = [(i, reason) for i in range(first, first + count)]
+                bad = _by_record(ds, report, first, count, piece)
             else:
                 bad, reach = _piece(ds, report, first, piece, reach)
             for i, reason in bad:
@@ -92,6 +91,23 @@ def _piece(
         except FormatError as exc:
             bad.append((i, exc.detail))  # the record is named beside it
     return bad, reach
+
+
+def _by_record(
+    ds: Any, report: VerifyReport, first: int, count: int, error: FormatError
+) -> list[tuple[int, str]]:
+    """Records of an index piece that could not be read, checked one by one through the
+    source's own lookup (a compressed file's locators): each bad one is named, and a
+    record that every read returns right is not (the index's damage is reported apart)."""
+    bad = []
+    for i in range(first, first + count):
+        try:
+            offset, length, crc, reserved = ds._entry_of(i)
+        except FormatError:
+            bad.append((i, f"index entry unreadable: {error.reason}"))
+            continue
+        bad += _piece(ds, report, i, np.array([(offset, length, crc, reserved)]), 0)[0]
+    return bad
 
 
 def _index(ds: Any, report: VerifyReport) -> None:

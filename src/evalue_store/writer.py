@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from . import __version__
+from . import __version__, remote
 from .codec import check_payload, encode_record, realign_payload, value_count
 from .columns import append_columns
 from .container import (
@@ -126,6 +126,14 @@ class Writer(WriterFields):
     readers that predate 1.1), for a new file; appending keeps the file's own version,
     which ``format_version`` then names.
     """
+
+    def __new__(cls, path: str | os.PathLike = "", *args: Any, **kwargs: Any) -> Writer:
+        # A URL or a filesystem: the remote writer (stages locally, uploads on close).
+        if cls is Writer and (remote.is_url(path) or kwargs.get("filesystem") is not None):
+            from .remote_shards import RemoteWriter
+
+            return super().__new__(RemoteWriter)
+        return super().__new__(cls)
 
     def __init__(
         self,

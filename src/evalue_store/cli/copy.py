@@ -14,7 +14,7 @@ import evalue_store as evs
 from ..container import valid_alignment
 from ..fields import FIELDS_KEY
 from ..writer import MIN_FRAME_SIZE
-from ..zstd import MAX_FRAME_SIZE
+from ..zstd import DEFAULT_FRAME_SIZE, MAX_FRAME_SIZE
 from .output import new_file, output_writer, refuse_container, refuse_overwrite, replacing
 from .registry import (
     at_least_one,
@@ -160,9 +160,9 @@ def _compress_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--frame-size",
         type=int_range(MIN_FRAME_SIZE, MAX_FRAME_SIZE),
-        default=4 << 10,
+        default=DEFAULT_FRAME_SIZE,
         metavar="BYTES",
-        help="target frame size",
+        help=f"target frame size (default {DEFAULT_FRAME_SIZE})",
     )
     p.add_argument(
         "--dictionary", action="store_true", help="train a zstd dictionary and store it in OUT"

@@ -1,0 +1,454 @@
+"""A dataset bound to one ExecuTorch program method: records checked against the method's
+inputs once, then read as batches shaped exactly as the method takes them.
+
+ExecuTorch's runtime accepts only tensors of exactly the planned dtype and rank, and its
+errors name neither the record nor the field; so every record is checked up front (an
+``InputMismatchError`` names record, field and what the input wants), and each batch gets a
+cheap check of what it stacks. Per field, records hold either a tensor without the batch
+dimension (stacked), a tensor with a leading 1 (concatenated: how the Android app builds
+examples) or a Python bool/int/float (converted to the input's dtype).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple, Union
+
+import numpy as np
+import torch
+
+from ..dtypes import BFLOAT16
+from ..errors import FormatError, InputMismatchError
+from ..reader import Dataset, open_dataset
+from ..shards import ShardedDataset, open_shards
+from ..torch import as_torch
+from .program import InputSpec, MethodInputs, Program, read_method_inputs
+
+Data = Union[Dataset, ShardedDataset, str, Path, Sequence[Union[str, Path]]]
+LAST = ("drop", "keep", "wrap", "zeros")
+READ_RECORDS = 4096  # records per read (of batches, and of the up-front check), at most
+READ_BYTES = 4 << 20  # and at most this many bytes of buffers
+
+
+class Batch(NamedTuple):
+    """``inputs``: one tensor per method input, in call order; ``indices``: the records in
+    it (padding excluded); ``valid``: how many leading rows are real records."""
+
+    inputs: list[torch.Tensor]
+    indices: np.ndarray
+    valid: int
+
+
+def _found(value: Any) -> str:
+    if isinstance(value, np.ndarray):
+        dtype = "bfloat16" if value.dtype == BFLOAT16 else value.dtype.name
+        return f"a {dtype} tensor of shape {tuple(value.shape)}"
+    if isinstance(value, torch.Tensor):
+        return f"a {str(value.dtype).removeprefix('torch.')} tensor of shape {tuple(value.shape)}"
+    return "None" if value is None else f"a Python {type(value).__name__}"
+
+
+def _scalar_fits(value: Any, dtype: np.dtype) -> bool:
+    """Whether a Python bool/int/float converts to ``dtype`` without loss of kind or range."""
+    if dtype == BFLOAT16 or dtype.kind == "c":
+        return False
+    if isinstance(value, bool):
+        return True
+    if isinstance(value, int):
+        if dtype.kind == "f":
+            return True
+        if dtype.kind not in "iu":
+            return False
+        info = np.iinfo(dtype)
+        return info.min <= value <= info.max
+    return isinstance(value, float) and dtype.kind == "f"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How one field's records become one input: ``scalar`` (Python values), else tensors of
+    ``shape`` per record, with a leading 1 if ``lead`` (concatenated instead of stacked)."""
+
+    scalar: bool
+    lead: bool
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Field:
+    """Record value ``position`` (named ``name`` in messages) feeding input ``spec``."""
+
+    position: int
+    name: str
+    spec: InputSpec
+
+    def expected(self, method: str) -> str:
+        spec = self.spec
+        trail = tuple(spec.sizes[1:])
+        shapes = "shape " + " or ".join(str(s) for s in (trail, (1, *trail)))
+        if spec.dynamic:
+            shapes += " (sizes at most these)"
+        text = f"input {spec.index} of {method!r}, {spec.describe()}: per record a "
+        text += f"{spec.dtype_name} tensor of {shapes}"
+        if spec.rank == 1 and spec.dtype != BFLOAT16 and spec.dtype.kind != "c":
+            text += f", or a Python number that fits {spec.dtype_name}"
+        return text
+
+    def layout_of(self, value: Any) -> Layout | None:
+        """The layout of one record's value, None if it does not fit the input."""
+        spec = self.spec
+        if isinstance(value, np.ndarray):
+            if value.dtype != spec.dtype:
+                return None
+            if value.ndim == spec.rank - 1:
+                layout = Layout(False, False, value.shape)
+            elif value.ndim == spec.rank and value.shape[0] == 1:
+                layout = Layout(False, True, value.shape[1:])
+            else:
+                return None
+            for size, bound in zip(layout.shape, spec.sizes[1:]):
+                if bound is not None and (size > bound if spec.dynamic else size != bound):
+                    return None
+            return layout
+        if isinstance(value, (bool, int, float)) and spec.rank == 1:
+            return Layout(True, False, ()) if _scalar_fits(value, spec.dtype) else None
+        return None
+
+
+def _open(data: Data) -> Dataset | ShardedDataset:
+    if isinstance(data, (Dataset, ShardedDataset)):
+        return data
+    if isinstance(data, (str, Path)) and os.path.isfile(data) and not str(data).endswith(".json"):
+        return open_dataset(data)  # one file: no shard layer in between
+    return open_shards(data)
+
+
+class Rows:
+    """The buffers of batches of ``rows`` rows: one array per field, its torch view, and
+    the batch read's targets for the tensor fields (rows of [1, *shape] where records carry
+    the leading 1), made once so that a reused buffer costs nothing per batch."""
+
+    def __init__(self, rows: int, fields: Sequence[Field], layouts: Sequence[Layout]):
+        pairs = list(zip(fields, layouts))
+        self.arrays = [np.empty((rows, *lay.shape), f.spec.dtype) for f, lay in pairs]
+        self.tensors = [_tensor(a) for a in self.arrays]
+        self._pairs = pairs
+        self._full = self._targets(rows)
+
+    def _targets(self, n: int) -> dict[int, np.ndarray]:
+        targets = {}
+        for (field, layout), array in zip(self._pairs, self.arrays):
+            if not layout.scalar:
+                rows = array[:n]
+                targets[field.position] = rows.reshape(n, 1, *layout.shape) if layout.lead else rows
+        return targets
+
+    def targets(self, n: int) -> dict[int, np.ndarray]:
+        """Targets for the first ``n`` rows."""
+        return self._full if n == len(self.arrays[0]) else self._targets(n)
+
+
+class Binding:
+    """Records of ``data`` (a Dataset, ShardedDataset or any ``open_shards`` source) bound
+    to ``method`` of ``program`` (a .pte path or its bytes).
+
+    ``fields`` picks the record values feeding the inputs, in input order (names for a
+    named file, or positions); by default every value of a record, in order, and a record
+    must then hold exactly one value per input. ``batch_size`` defaults to the program's
+    static batch (or, for a dynamic batch, its upper bound). ``last`` handles a last batch
+    of fewer records: ``"drop"`` it (the default for a static batch), ``"keep"`` it smaller
+    (the default for a dynamic one), ``"wrap"`` (fill it with the first records of the
+    order) or ``"zeros"`` (fill with zeros; ``Batch.valid`` tells the real rows).
+    ``check="all"`` checks every record now; ``"first"`` only the first (each batch is
+    still checked when read).
+    """
+
+    def __init__(
+        self,
+        data: Data,
+        program: Program,
+        method: str = "forward",
+        *,
+        fields: Sequence[str | int] | None = None,
+        batch_size: int | None = None,
+        last: str | None = None,
+        check: str = "all",
+    ):
+        self.dataset = _open(data)
+        self.inputs: MethodInputs = read_method_inputs(program, method)
+        self.method = method
+        self.fields = self._fields(fields)
+        self._every_value = fields is None  # then a record holds exactly one value per input
+        self.batch_size, self.last = self._batching(batch_size, last)
+        if check not in ("all", "first"):
+            raise ValueError(f"check must be 'all' or 'first', not {check!r}")
+        if len(self.dataset) == 0:
+            raise ValueError("the dataset holds no records")
+        self._buffers: dict[int, Rows] = {}
+        self.layouts = self._check(check == "all")
+        self._buffers.clear()
+
+    # ----------------------------------------------------------------- binding
+    def _fields(self, chosen: Sequence[str | int] | None) -> list[Field]:
+        specs = self.inputs.inputs
+        names = self.dataset.fields
+        if chosen is None:
+            chosen = list(range(len(specs)))
+        elif len(chosen) != len(specs):
+            raise ValueError(f"{self.method!r} takes {len(specs)} inputs; fields names {chosen}")
+        result = []
+        for spec, pick in zip(specs, chosen):
+            if isinstance(pick, str):
+                if names is None or pick not in names:
+                    found = f"no field of that name (the dataset's fields: {names})"
+                    expected = Field(0, pick, spec).expected(self.method)
+                    raise InputMismatchError(None, f"field {pick!r}", expected, found)
+                result.append(Field(names.index(pick), f"field {pick!r}", spec))
+            else:
+                result.append(Field(int(pick), self._name(int(pick)), spec))
+        return result
+
+    def _name(self, position: int) -> str:
+        names = self.dataset.fields
+        if names is not None and position < len(names):
+            return f"field {names[position]!r}"
+        return f"field {position}"
+
+    def _batching(self, batch_size: int | None, last: str | None) -> tuple[int, str]:
+        static, bound = self.inputs.static_batch, self.inputs.max_batch
+        dynamic = all(s.dynamic for s in self.inputs.inputs)
+        if not dynamic and static is None:
+            raise ValueError(f"{self.method!r}: static inputs disagree on the batch size")
+        if batch_size is None:
+            batch_size = static if not dynamic else bound
+            if batch_size is None:
+                raise ValueError(f"{self.method!r} has an unbounded batch: pass batch_size")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be positive, not {batch_size}")
+        if not dynamic and batch_size != static:
+            raise ValueError(f"{self.method!r} takes batches of exactly {static}: not {batch_size}")
+        if bound is not None and batch_size > bound:
+            raise ValueError(f"{self.method!r} takes batches of at most {bound}: not {batch_size}")
+        last = last or ("keep" if dynamic else "drop")
+        if last not in LAST or (last == "keep" and not dynamic):
+            allowed = LAST if dynamic else tuple(x for x in LAST if x != "keep")
+            raise ValueError(f"last must be one of {allowed} for this program, not {last!r}")
+        return batch_size, last
+
+    def _record_error(self, i: int, record: Any, layouts: Sequence[Layout | None]) -> None:
+        """Raise InputMismatchError if record ``i`` does not fit (or not like ``layouts``)."""
+        if isinstance(record, dict):
+            record = list(record.values())
+        inputs = len(self.fields)
+        if self._every_value and len(record) > inputs:
+            found = f"{len(record)} values where {self.method!r} takes {inputs} inputs"
+            raise InputMismatchError(i, self._name(inputs), "no such input", found)
+        for field, layout in zip(self.fields, layouts):
+            if field.position >= len(record):
+                found = f"a record of {len(record)} values"
+                raise InputMismatchError(i, field.name, field.expected(self.method), found)
+            value = record[field.position]
+            got = field.layout_of(value)
+            if got is None:
+                raise InputMismatchError(i, field.name, field.expected(self.method), _found(value))
+            if layout is not None and got != layout:
+                expected = field.expected(self.method)
+                like = "a Python number" if layout.scalar else f"shape {layout.shape}"
+                if layout.lead:
+                    like += " after the leading 1"
+                raise InputMismatchError(
+                    i, field.name, f"{expected}, the same in every record ({like})", _found(value)
+                )
+
+    def _check(self, every: bool) -> list[Layout]:
+        """Check the first record (it fixes each field's layout), then with ``every`` all
+        the others, read in chunks through the batch path and its per-batch check."""
+        first = self.dataset[0]
+        self._record_error(0, first, [None] * len(self.fields))
+        values = list(first.values()) if isinstance(first, dict) else first
+        self.layouts = [f.layout_of(values[f.position]) for f in self.fields]
+        pairs = zip(self.fields, self.layouts)
+        row = sum(f.spec.dtype.itemsize * int(np.prod(lay.shape)) for f, lay in pairs)
+        self._read_rows = max(1, min(READ_RECORDS, READ_BYTES // max(row, 1)))
+        if every:
+            n = len(self.dataset)
+            for begin in range(0, n, self._read_rows):
+                indices = np.arange(begin, min(n, begin + self._read_rows))
+                self._gather(indices, self._buffers_for(len(indices), True))
+        return self.layouts
+
+    # ------------------------------------------------------------------- batches
+    def __len__(self) -> int:
+        """Batches per epoch."""
+        full, rest = divmod(len(self.dataset), self.batch_size)
+        return full + (rest > 0 and self.last != "drop")
+
+    def epoch_order(self, epoch: int, seed: int = 0, shuffle: bool = True) -> np.ndarray:
+        """The record order of an epoch: a permutation fixed by (seed, epoch), or file order."""
+        n = len(self.dataset)
+        if not shuffle:
+            return np.arange(n, dtype=np.int64)
+        return np.random.default_rng([seed, epoch]).permutation(n)
+
+    def batches(
+        self, order: np.ndarray | None = None, *, start: int = 0, reuse: bool = False
+    ) -> Iterator[Batch]:
+        """Batches over ``order`` (record indices, default file order), from batch ``start``.
+
+        Records are read ahead several batches at a time (up to ``READ_RECORDS`` records or
+        ``READ_BYTES`` bytes per read), and batches are views of what was read: a read's
+        fixed cost is paid once for many small batches. With ``reuse`` the next read
+        overwrites them (no allocation per step: for a loop done with a batch after its
+        step); otherwise every read has buffers of its own.
+        """
+        order = np.arange(len(self.dataset)) if order is None else np.asarray(order, np.int64)
+        size = self.batch_size
+        todo = order[start * size :]
+        full = len(todo) // size
+        per_read = max(1, self._read_rows // size)
+        for first in range(0, full, per_read):
+            count = min(per_read, full - first)
+            indices = todo[first * size : (first + count) * size]
+            tensors = self._read(indices, len(indices), reuse)
+            for j in range(count):
+                part = slice(j * size, (j + 1) * size)
+                yield Batch([t[part] for t in tensors], indices[part], size)
+        tail = todo[full * size :]
+        if len(tail) and self.last != "drop":
+            indices = tail
+            if self.last == "wrap":
+                indices = np.concatenate([tail, np.resize(order, size - len(tail))])
+            rows = size if self.last == "zeros" else len(indices)
+            yield Batch(self._read(indices, rows, reuse), tail, len(tail))
+
+    def read(self, indices: Sequence[int] | np.ndarray) -> list[torch.Tensor]:
+        """The method's inputs for exactly these records (any count the program accepts)."""
+        indices = np.asarray(indices, np.int64)
+        return self._read(indices, len(indices), False)
+
+    def _read(self, indices: np.ndarray, rows: int, reuse: bool) -> list[torch.Tensor]:
+        buffers = self._buffers_for(rows, reuse)
+        if rows > len(indices):
+            for b in buffers.arrays:
+                b[len(indices) :] = 0
+        return self._gather(indices, buffers)
+
+    def _buffers_for(self, rows: int, reuse: bool) -> Rows:
+        """Fresh buffers of ``rows`` rows; with ``reuse`` those of the last call."""
+        buffers = self._buffers.get(rows) if reuse else None
+        if buffers is None:
+            buffers = Rows(rows, self.fields, self.layouts)
+            if reuse:
+                self._buffers[rows] = buffers
+        return buffers
+
+    def _gather(self, indices: np.ndarray, out: Rows) -> list[torch.Tensor]:
+        """Read records ``indices`` into the first rows of ``out``, checked: the batch read
+        (``_columns``) puts tensors straight into their rows and refuses another shape or
+        dtype, scalars are checked for kind and range here; a batch that fails is then read
+        record by record to find the record to blame."""
+        n = len(indices)
+        if n == 1:
+            one = self._one(int(indices[0]), out.arrays)
+            if one is not None:
+                return one
+        try:
+            columns = self._columns(indices, out.targets(n))
+            if self._every_value and len(columns) != len(self.fields):
+                raise ValueError("another number of values")
+            for field, layout, buf in zip(self.fields, self.layouts, out.arrays):
+                if layout.scalar:
+                    _fill_scalars(buf[:n], columns[field.position])
+        except FormatError:
+            raise
+        except (ValueError, TypeError, OverflowError):
+            self._locate(indices)
+        return out.tensors
+
+    def _columns(self, indices: np.ndarray, targets: dict[int, np.ndarray]) -> list:
+        """The batch read: ``get_batch`` of records ``indices``, the tensor fields decoded
+        straight into ``targets`` (ValueError where they do not fit), columns by position."""
+        batch = self.dataset.get_batch(indices, out=targets)
+        return list(batch.values()) if isinstance(batch, dict) else batch
+
+    def _one(self, i: int, out: list[np.ndarray]) -> list[torch.Tensor] | None:
+        """A batch of one record: its tensors themselves, private but not copied when big
+        (``as_torch``); None if the record does not fit (the general path says why)."""
+        record = self.dataset[i]
+        values = list(record.values()) if isinstance(record, dict) else record
+        if self._every_value and len(values) != len(self.fields):
+            return None
+        tensors = []
+        for field, layout, buf in zip(self.fields, self.layouts, out):
+            value = values[field.position] if field.position < len(values) else None
+            if field.layout_of(value) != layout:
+                return None
+            if layout.scalar:
+                buf[0] = value
+                tensors.append(_tensor(buf))
+            else:
+                tensors.append(_tensor(as_torch(np.ascontiguousarray(value).reshape(buf.shape))))
+        return tensors
+
+    def _locate(self, indices: np.ndarray) -> None:
+        records = self.dataset.get_many(indices)
+        for i, record in zip(indices.tolist(), records):
+            self._record_error(i, record, self.layouts)
+        raise AssertionError("a batch failed its check but none of its records did")
+
+    # ------------------------------------------------------------ torch samples
+    def collate(self, samples: Sequence[Any]) -> list[torch.Tensor]:
+        """``collate_fn`` for a DataLoader over ``evalue_store.torch.EValueDataset`` of the
+        same file: samples (lists of tensors and Python values) to the method's inputs, the
+        same tensors ``read`` gives, so one container feeds ExecuTorch and eager torch."""
+        result = []
+        for field, layout in zip(self.fields, self.layouts):
+            column = [s[field.position] for s in samples]
+            dtype = torch.from_numpy(np.empty(0, field.spec.dtype)).dtype
+            shape = (1, *layout.shape) if layout.lead else layout.shape
+            for k, v in enumerate(column):
+                ok = isinstance(v, torch.Tensor) and v.dtype == dtype and tuple(v.shape) == shape
+                if not (ok or (layout.scalar and field.layout_of(v) == layout)):
+                    found = f"{_found(v)} (sample {k} of the batch)"
+                    raise InputMismatchError(None, field.name, field.expected(self.method), found)
+            if layout.scalar:
+                result.append(torch.tensor(column, dtype=dtype))
+            else:
+                result.append(torch.cat(column) if layout.lead else torch.stack(column))
+        return result
+
+
+_SCALAR_KINDS = {"b": "b", "i": "biu", "u": "biu", "f": "biuf"}  # input kind: value kinds
+
+
+def _fill_scalars(out: np.ndarray, column: Any) -> None:
+    """A column of Python bools/ints/floats (a list, or an int64 / float64 / bool array)
+    into ``out`` of the input's dtype; TypeError for another kind, OverflowError for an
+    integer out of the dtype's range."""
+    if not isinstance(column, np.ndarray):
+        if not set(map(type, column)) <= {bool, int, float}:
+            raise TypeError("not Python numbers")
+        column = np.asarray(column)
+    if column.dtype.kind not in _SCALAR_KINDS.get(out.dtype.kind, "") or column.shape != out.shape:
+        raise TypeError("not numbers of the input's kind")
+    if out.dtype.kind in "iu" and column.dtype != out.dtype and len(column):
+        info = np.iinfo(out.dtype)
+        if column.min() < info.min or column.max() > info.max:
+            raise OverflowError(f"integers out of {out.dtype} range")
+    np.copyto(out, column, casting="unsafe")
+
+
+def _tensor(array: Any) -> torch.Tensor:
+    if isinstance(array, torch.Tensor):
+        return array
+    if array.dtype == BFLOAT16:
+        return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(array)
+
+
+def bind(data: Data, program: Program, method: str = "forward", **options: Any) -> Binding:
+    """``Binding(data, program, method, **options)``: see ``Binding``."""
+    return Binding(data, program, method, **options)

@@ -1,0 +1,136 @@
+"""A small training loop over ExecuTorch's ``TrainingModule`` and its SGD optimizer, fed
+from a container; short enough to read as an example of doing it by hand.
+
+The program's first output must be the loss (how ExecuTorch's training export works). The
+order of an epoch is a function of (seed, epoch) only, so ``state_dict`` (epoch, batches
+done, parameters, loss log) resumes a run exactly where it stopped.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from .binding import Batch, Binding, Data
+from .program import Program
+
+STATE_VERSION = 1
+
+
+def load_training_module(program: Program) -> Any:
+    """ExecuTorch's ``TrainingModule`` for a .pte path or its bytes."""
+    from executorch.extension.training import (
+        _load_for_executorch_for_training,
+        _load_for_executorch_for_training_from_buffer,
+    )
+
+    if isinstance(program, bytes):
+        return _load_for_executorch_for_training_from_buffer(program)
+    return _load_for_executorch_for_training(str(Path(program)))
+
+
+class Trainer:
+    """Train ``method`` of ``program`` on ``data`` with SGD.
+
+    ``binding`` options (``fields``, ``batch_size``, ``last``, ``check``) go to ``Binding``.
+    ``losses`` logs the loss of every step taken (resumed runs included).
+    """
+
+    def __init__(
+        self,
+        program: Program,
+        data: Data | Binding,
+        method: str = "forward",
+        *,
+        lr: float = 0.1,
+        momentum: float = 0.0,
+        weight_decay: float = 0.0,
+        shuffle: bool = True,
+        seed: int = 0,
+        **binding: Any,
+    ):
+        self.data = data if isinstance(data, Binding) else Binding(data, program, method, **binding)
+        self.module = load_training_module(program)
+        self.method = method
+        self.sgd = dict(lr=lr, momentum=momentum, weight_decay=weight_decay)
+        self.shuffle, self.seed = shuffle, seed
+        self.epoch = 0  # the epoch in progress
+        self.batch = 0  # batches of it already trained on
+        self.losses: list[float] = []
+        self._optimizer: Any = None
+        self._restore: dict[str, np.ndarray] | None = None
+
+    def step(self, batch: Batch | list[torch.Tensor]) -> float:
+        """One forward/backward and SGD step on a batch; returns the loss."""
+        inputs = batch.inputs if isinstance(batch, Batch) else batch
+        if self._optimizer is None:  # parameters appear after the first forward_backward
+            outputs = self.module.forward_backward(self.method, inputs)
+            if self._restore is not None:  # resuming: this step must see the saved ones
+                for name, value in self.module.named_parameters().items():
+                    value.copy_(torch.from_numpy(self._restore[name]))
+                self._restore = None
+                outputs = self.module.forward_backward(self.method, inputs)
+            self._optimizer = _sgd(self.module.named_parameters(), **self.sgd)
+        else:
+            outputs = self.module.forward_backward(self.method, inputs)
+        loss = outputs[0]
+        self._optimizer.step(self.module.named_gradients())
+        value = float(loss)
+        self.losses.append(value)
+        return value
+
+    def train(self, epochs: int, max_steps: int | None = None) -> list[float]:
+        """Train until ``epochs`` epochs are complete (counting those done before a resume),
+        or for at most ``max_steps`` steps; returns this call's losses."""
+        start = len(self.losses)
+        while self.epoch < epochs:
+            order = self.data.epoch_order(self.epoch, self.seed, self.shuffle)
+            for batch in self.data.batches(order, start=self.batch, reuse=True):
+                if max_steps is not None and len(self.losses) - start >= max_steps:
+                    return self.losses[start:]
+                self.step(batch)
+                self.batch += 1
+            self.epoch, self.batch = self.epoch + 1, 0
+        return self.losses[start:]
+
+    def parameters(self) -> dict[str, torch.Tensor]:
+        """The program's parameters by name (live tensors; empty before the first step)."""
+        return {} if self._optimizer is None else dict(self.module.named_parameters())
+
+    def state_dict(self) -> dict:
+        """Position, parameters and loss log (SGD momentum buffers are not included: with
+        ``momentum`` a resumed run restarts them)."""
+        params = {k: v.detach().numpy().copy() for k, v in self.parameters().items()}
+        if not params and self._restore is not None:
+            params = self._restore
+        return {
+            "version": STATE_VERSION,
+            "epoch": self.epoch,
+            "batch": self.batch,
+            "seed": self.seed,
+            "shuffle": self.shuffle,
+            "records": len(self.data.dataset),
+            "batch_size": self.data.batch_size,
+            "losses": list(self.losses),
+            "parameters": params,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue from ``state_dict()`` of a run over the same data and program."""
+        mine = self.state_dict()
+        for key in ("version", "seed", "shuffle", "records", "batch_size"):
+            if state.get(key) != mine[key]:
+                raise ValueError(f"state {key} is {state.get(key)!r}, this trainer's {mine[key]!r}")
+        self.epoch, self.batch = int(state["epoch"]), int(state["batch"])
+        self.losses = list(state["losses"])
+        self._restore = dict(state["parameters"]) or None
+        self._optimizer = None
+
+
+def _sgd(named: dict, lr: float, momentum: float, weight_decay: float) -> Any:
+    from executorch.extension.training import get_sgd_optimizer
+
+    return get_sgd_optimizer(named, lr, momentum, 0.0, weight_decay, False)

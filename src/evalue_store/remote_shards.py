@@ -1,0 +1,187 @@
+"""Shards in object storage: finding them (a manifest, a glob, a directory) and writing them.
+
+Reading: a manifest costs one GET (shards are checked against it when first opened, as
+locally); a glob or a directory one listing, and without a manifest each shard is opened
+once to count its records. Writing: object stores have no append, so each shard is written
+to a local staging file by a normal Writer, committed and closed, then uploaded whole (an
+object appears complete or not at all); the manifest is uploaded last, so a reader that
+finds it finds every shard it lists complete.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+import shutil
+import tempfile
+from typing import Any
+
+from .errors import LIMIT, MANIFEST, FormatError
+from .remote import _retrying, resolve
+from .writer import Writer
+
+MAX_MANIFEST = 256 << 20  # a manifest is JSON for the whole dataset: refuse more than this
+
+
+def _join(fs: Any, base: str, name: str) -> str:
+    """The URL of ``name`` relative to directory ``base`` (a path within ``fs``, which for
+    HTTP is itself a URL: its "//" must survive the normalization)."""
+    if "://" in base:
+        scheme, rest = base.split("://", 1)
+        return f"{scheme}://{posixpath.normpath(posixpath.join(rest, name))}"
+    return fs.unstrip_protocol(posixpath.normpath(posixpath.join(base, name)))
+
+
+def read_remote_manifest(fs: Any, inner: str, url: str, parse: Any) -> list:
+    """The shards a remote manifest lists (URLs), parsed by ``parse(doc, url, join)``."""
+    size = int(_retrying(lambda: fs.info(inner), url, "info")["size"])
+    if size > MAX_MANIFEST:
+        raise FormatError(f"manifest of {size} bytes, over {MAX_MANIFEST}", None, url, code=LIMIT)
+    raw = _retrying(lambda: fs.cat_file(inner, start=0, end=size), url, "read")
+    try:
+        doc = json.loads(raw)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise FormatError(f"manifest is not JSON: {exc}", None, url, code=MANIFEST) from None
+    base = posixpath.dirname(inner)
+    return parse(doc, url, lambda name: _join(fs, base, name))
+
+
+def expand_remote(
+    source: Any, filesystem: Any, storage_options: dict | None, suffixes: tuple[str, ...]
+) -> list[tuple[Any, str, str]]:
+    """(filesystem, path, URL) of each manifest or shard a remote source names: URLs, globs
+    (sorted), directories (their manifest.json, else their shard files by name)."""
+    items = [source] if isinstance(source, (str, os.PathLike)) else list(source)
+    out = []
+    for item in items:
+        fs, inner, url = resolve(item, filesystem, storage_options)
+        if any(c in inner for c in "*?["):
+            matches = sorted(_retrying(lambda: fs.glob(inner), url, "glob"))  # noqa: B023
+            if not matches:
+                raise FileNotFoundError(f"no objects match {url!r}")
+            out.extend((fs, m, fs.unstrip_protocol(m)) for m in matches)
+        elif inner.endswith(suffixes + (".json",)):
+            out.append((fs, inner, url))
+        else:
+            names = sorted(_retrying(lambda: fs.ls(inner, detail=False), url, "list"))  # noqa: B023
+            manifest = [n for n in names if posixpath.basename(n) == "manifest.json"]
+            members = manifest or [n for n in names if n.endswith(suffixes)]
+            if not members:
+                raise FileNotFoundError(f"{url}: no manifest.json and no shard files")
+            out.extend((fs, m, fs.unstrip_protocol(m)) for m in members)
+    return out
+
+
+def check_listed(fs: Any, shards: list, manifest: str) -> None:
+    """Every shard a manifest lists must exist now: one listing per directory they are in
+    (not one request per shard; a store that cannot list is asked per shard), so that a
+    missing shard fails at open."""
+    by_dir: dict[str, set[str] | None] = {}
+    for k, info in enumerate(shards):
+        inner = fs._strip_protocol(info.path)
+        directory = posixpath.dirname(inner)
+        if directory not in by_dir:
+            try:
+                listed = fs.ls(directory, detail=False)
+                by_dir[directory] = {fs._strip_protocol(n) for n in listed}
+            except Exception:  # no listing (an HTTP server without an index page): ask each
+                by_dir[directory] = None
+        names = by_dir[directory]
+        exists = inner in names if names is not None else _exists(fs, inner, manifest)
+        if not exists:
+            reason = f"shards[{k}].path {info.path}: no such object"
+            raise FormatError(reason, None, manifest, code=MANIFEST)
+
+
+def _exists(fs: Any, path: str, url: str) -> bool:
+    """Whether an object exists, asked by its info (a HEAD): fsspec's HTTP ``exists`` is
+    an unranged GET, which a server answers with the whole object."""
+    try:
+        _retrying(lambda: fs.info(path), url, "info")
+    except FileNotFoundError:
+        return False
+    return True
+
+
+class Staging:
+    """Where a ShardWriter aimed at a URL writes each shard before uploading it."""
+
+    def __init__(
+        self,
+        pattern: str,
+        manifest: str | None,
+        default_manifest: str,
+        filesystem: Any,
+        storage_options: dict | None,
+        overwrite: bool,
+    ):
+        self.fs, self.pattern, _ = resolve(pattern, filesystem, storage_options)
+        self.manifest = self.fs._strip_protocol(manifest or default_manifest)
+        self.overwrite = overwrite
+        self.dir = tempfile.mkdtemp(prefix="evalue_store-upload-")
+        self.local_pattern = os.path.join(self.dir, "shard-{:08d}.evs")
+
+    @property
+    def manifest_url(self) -> str:
+        return self.fs.unstrip_protocol(self.manifest)
+
+    def upload_shard(self, n: int, local: str) -> str:
+        """Upload staged shard ``n`` to its place and drop the local copy; returns its URL."""
+        target = self.pattern.format(n)
+        url = self.fs.unstrip_protocol(target)
+        if not self.overwrite and _exists(self.fs, target, url):
+            raise FileExistsError(f"{url} exists (pass overwrite=True to replace it)")
+        _retrying(lambda: self.fs.put_file(local, target), url, "upload")
+        os.unlink(local)
+        return url
+
+    def upload_manifest(self, doc: dict) -> str:
+        base = posixpath.dirname(self.manifest)
+        for shard in doc["shards"]:
+            shard["path"] = posixpath.relpath(self.fs._strip_protocol(shard["path"]), base)
+        data = (json.dumps(doc, indent=1) + "\n").encode()
+        url = self.manifest_url
+        _retrying(lambda: self.fs.pipe_file(self.manifest, data), url, "upload")
+        return url
+
+    def cleanup(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class RemoteWriter(Writer):
+    """A Writer aimed at a URL: it writes a local staging file and uploads it whole when it
+    closes (an object store has no append). ``abort()`` uploads nothing. Mode "a" is refused."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        mode: str = "w",
+        *,
+        filesystem: Any = None,
+        storage_options: dict | None = None,
+        **options: Any,
+    ):
+        if mode not in ("w", "x"):
+            raise ValueError(f"a Writer to a URL takes mode 'w' or 'x', not {mode!r}")
+        self.fs, self.target, self.url = resolve(path, filesystem, storage_options)
+        if mode == "x" and _exists(self.fs, self.target, self.url):
+            raise FileExistsError(f"{self.url} exists")
+        self.staging = tempfile.mkdtemp(prefix="evalue_store-upload-")
+        super().__init__(os.path.join(self.staging, "upload.evs"), "x", **options)
+
+    def close(self) -> None:
+        if self._fd < 0:
+            return
+        try:
+            super().close()
+            local = self.path
+            _retrying(lambda: self.fs.put_file(local, self.target), self.url, "upload")
+        finally:
+            shutil.rmtree(self.staging, ignore_errors=True)
+
+    def abort(self) -> None:
+        try:
+            super().abort()
+        finally:
+            shutil.rmtree(self.staging, ignore_errors=True)

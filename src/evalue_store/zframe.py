@@ -1,0 +1,209 @@
+"""One standard zstd frame: its header rules, a block walk that needs no decoding, bounded
+decompression, and buffers placed at their logical alignment.
+
+Container-independent: the seek-table layout (``seekable``) and the indexed layout
+(``zstd_layout``) both store frames that record their content size and checksum, and both
+read them through these checks before anything is allocated. A violation raises ``FrameError``
+(``ValueError``); callers turn it into a ``FormatError`` with the file offset.
+"""
+
+from __future__ import annotations
+
+import array
+import struct
+from typing import Any
+
+import numpy as np
+import zstandard
+
+ZSTD_FRAME_MAGIC = 0xFD2FB528
+"""Magic number of a Zstandard frame (zstd_compression_format.md, Zstandard frames)."""
+SKIPPABLE_MAGIC_MIN = 0x184D2A50
+"""Skippable frames use any magic 0x184D2A50..0x184D2A5F (zstd_compression_format.md)."""
+MAGIC_NUMBER = struct.Struct("<I")
+"""Every frame, zstd or skippable, starts with a 4-byte little-endian magic number."""
+SKIPPABLE_HEADER = struct.Struct("<II")
+"""Skippable frame header: 4-byte magic + 4-byte Frame_Size (User_Data follows)."""
+SKIPPABLE_HEADER_SIZE = SKIPPABLE_HEADER.size
+CONTENT_CHECKSUM = struct.Struct("<I")
+"""Content_Checksum: the last 4 bytes of a zstd frame that has one (low 32 bits of XXH64)."""
+BLOCK_SIZE_MAX = 128 * 1024
+"""Block_Maximum_Size is at most 128 KiB, for decompressed and compressed block size."""
+MIN_ZSTD_FRAME_HEADER = 6
+"""Magic (4) + Frame_Header_Descriptor (1) + Window_Descriptor or 1-byte FCS (1)."""
+MAX_FRAME_HEADER = 18
+"""Magic (4) + descriptor (1) + window (1) + dictionary id (4) + content size (8)."""
+MIN_BLOCK_SIZE = 4
+"""Smallest block that produces output: 3-byte header + 1 byte (RLE block content)."""
+MAX_EXPANSION_RATIO = BLOCK_SIZE_MAX // MIN_BLOCK_SIZE
+"""32768: no zstd frame decompresses to more than 32768 bytes per compressed byte (a block
+yields at most 128 KiB and costs at least 4 bytes; headers and checksum only add bytes)."""
+MIN_FRAME_SIZE = SKIPPABLE_HEADER_SIZE
+"""No frame is smaller than 8 bytes (a bare skippable header; a zstd frame needs 9)."""
+DEFAULT_LEVEL = 3
+
+
+class FrameError(ValueError):
+    """A frame that breaks a rule; the caller names where it is."""
+
+
+def frame_checksum(buf: Any, end: int | None = None) -> int:
+    """The Content_Checksum of the zstd frame that ends at ``buf[end]`` (default: at the end
+    of ``buf``); the caller knows the frame has one (Content_Checksum_Flag set)."""
+    at = (len(buf) if end is None else end) - CONTENT_CHECKSUM.size
+    return CONTENT_CHECKSUM.unpack_from(buf, at)[0]
+
+
+def new_compressor(
+    level: int = DEFAULT_LEVEL, dict_data: zstandard.ZstdCompressionDict | None = None
+) -> zstandard.ZstdCompressor:
+    """A compressor whose frames record their content size and content checksum (reuse it:
+    it keeps its context and loaded dictionary)."""
+    return zstandard.ZstdCompressor(
+        level=level, dict_data=dict_data, write_content_size=True, write_checksum=True
+    )
+
+
+def new_decompressor(
+    dict_data: zstandard.ZstdCompressionDict | None = None,
+) -> zstandard.ZstdDecompressor:
+    """A decompressor with zstd's default 128 MiB window limit."""
+    if dict_data is None:
+        return zstandard.ZstdDecompressor()
+    return zstandard.ZstdDecompressor(dict_data=dict_data)
+
+
+def aligned_empty(nbytes: int, logical_start: int = 0, alignment: int = 64) -> np.ndarray:
+    """Uninitialised uint8 array of ``nbytes`` whose element ``i`` is meant to hold logical
+    byte ``logical_start + i``, placed so that every logical offset that is a multiple of
+    ``alignment`` lands on an aligned address (tensors keep their file alignment)."""
+    if nbytes < 0 or alignment < 1:
+        raise ValueError("nbytes must be >= 0 and alignment >= 1")
+    raw = np.empty(nbytes + alignment, dtype=np.uint8)
+    address = raw.__array_interface__["data"][0]  # cheaper than raw.ctypes.data
+    shift = (logical_start - address) % alignment
+    return raw[shift : shift + nbytes]
+
+
+_ZERO_BYTE = array.array("B", [0])
+
+
+def aligned_bytes(nbytes: int, logical_start: int = 0, alignment: int = 64) -> memoryview:
+    """A zeroed, writable memoryview placed as by :func:`aligned_empty`, made faster: an
+    array's buffer_info() gives its address for a fraction of what numpy's does, which
+    counts when a random read decompresses one small frame."""
+    if nbytes < 0 or alignment < 1:
+        raise ValueError("nbytes must be >= 0 and alignment >= 1")
+    raw = _ZERO_BYTE * (nbytes + alignment)
+    shift = (logical_start - raw.buffer_info()[0]) % alignment
+    return memoryview(raw)[shift : shift + nbytes]
+
+
+def walk_blocks(
+    frame: Any, header_size: int, window_size: int, has_checksum: bool, exact: bool = True
+) -> tuple[int, int, int]:
+    """Walk the block headers of one zstd frame without decoding.
+
+    Returns (frame length, min output, max output): raw and RLE blocks give exact sizes, a
+    compressed block at most Block_Maximum_Size. With ``exact`` the frame must end exactly at
+    ``len(frame)``; without, it may end before (to find where a frame ends).
+    """
+    block_max = min(window_size, BLOCK_SIZE_MAX)
+    limit = len(frame)
+    pos = header_size
+    lo = hi = 0
+    while True:
+        if pos + 3 > limit:
+            raise FrameError(f"block header at {pos} runs past the frame's {limit} bytes")
+        header = frame[pos] | (frame[pos + 1] << 8) | (frame[pos + 2] << 16)
+        pos += 3
+        block_type = (header >> 1) & 3
+        block_size = header >> 3
+        if block_size > block_max:
+            raise FrameError(f"block size {block_size} over Block_Maximum_Size {block_max}")
+        if block_type == 0:
+            pos += block_size
+            lo += block_size
+            hi += block_size
+        elif block_type == 1:
+            pos += 1
+            lo += block_size
+            hi += block_size
+        elif block_type == 2:
+            pos += block_size
+            hi += block_max
+        else:
+            raise FrameError("reserved block type")
+        if header & 1:
+            break
+    if has_checksum:
+        pos += 4
+    if pos > limit or (exact and pos != limit):
+        raise FrameError(f"zstd frame is {pos} bytes long but its entry says {limit}")
+    return pos, lo, hi
+
+
+def check_frame(frame: Any, cap: int, exact: bool = True) -> tuple[int, int]:
+    """(length, content size) of the zstd frame at the start of ``frame``, after every check
+    that needs no decoding: magic, a recorded content size no larger than ``cap`` and than
+    the blocks can produce, a content checksum, blocks within Block_Maximum_Size."""
+    if len(frame) < MIN_ZSTD_FRAME_HEADER + 3:
+        raise FrameError(f"{len(frame)} bytes cannot hold a zstd frame")
+    (magic,) = MAGIC_NUMBER.unpack_from(frame)
+    if magic != ZSTD_FRAME_MAGIC:
+        raise FrameError(f"not a zstd frame (magic {magic:#010x})")
+    try:
+        params = zstandard.get_frame_parameters(frame)
+        header_size = zstandard.frame_header_size(frame)
+    except zstandard.ZstdError as exc:
+        raise FrameError(f"bad frame header: {exc}") from None
+    size = params.content_size
+    if size == zstandard.CONTENTSIZE_UNKNOWN:
+        raise FrameError("frame header does not record its content size")
+    if not params.has_checksum:
+        raise FrameError("frame has no content checksum")
+    if size > cap:
+        raise FrameError(f"frame declares {size} bytes, over the reader cap {cap}")
+    length, lo, hi = walk_blocks(frame, header_size, params.window_size, True, exact)
+    if not lo <= size <= hi:
+        raise FrameError(f"blocks can produce {lo}..{hi} bytes, not the declared {size}")
+    return length, size
+
+
+def decompress_into(frame: Any, target: memoryview, dctx: zstandard.ZstdDecompressor) -> None:
+    """Decompress one checked frame into ``target`` (exactly its content size), never
+    writing past it: any further output or any decoder error is a FrameError."""
+    size = target.nbytes
+    try:
+        reader = dctx.stream_reader(frame, read_across_frames=False)
+        filled = 0
+        while filled < size:
+            got = reader.readinto(target[filled:])
+            if got == 0:
+                raise FrameError(f"frame ended after {filled} of {size} declared bytes")
+            filled += got
+        if reader.read(1):
+            raise FrameError(f"frame decompresses to more than its declared {size} bytes")
+    except zstandard.ZstdError as exc:
+        raise FrameError(f"decompression failed: {exc}") from None
+
+
+def decompress_small(frame: Any, size: int, dctx: zstandard.ZstdDecompressor) -> bytes:
+    """One checked frame of at most a few hundred KiB, in one decoder call (the fast path of
+    a random read: libzstd checks the content size and checksum)."""
+    try:
+        data = dctx.decompress(frame)
+    except zstandard.ZstdError as exc:
+        raise FrameError(f"decompression failed: {exc}") from None
+    if len(data) != size:
+        raise FrameError(f"frame decompressed to {len(data)} bytes, declared {size}")
+    return data
+
+
+def frame_extent(frame: Any) -> int | None:
+    """Length of the complete zstd frame (with content size and checksum) at the start of
+    ``frame``, or None if the bytes do not hold one (recovery walks frames no table lists)."""
+    try:
+        return check_frame(frame, 1 << 62, exact=False)[0]
+    except FrameError:
+        return None
