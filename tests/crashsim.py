@@ -46,9 +46,26 @@ def _recording(path: str, log: Log) -> Iterator[None]:
     fds: set[int] = set()
     real = {name: getattr(os, name) for name in ("open", "close", "pwrite", "ftruncate", "fsync")}
 
+    # A new file is built under a temporary name beside it (.NAME.<random>.new), then
+    # linked to its name: its bytes are the file's from the first write on.
+    folder, temp_prefix = os.path.dirname(target), f".{os.path.basename(target)}."
+
+    def _is_target(p: Any) -> bool:
+        if not isinstance(p, (str, os.PathLike)):
+            return False
+        name = os.path.realpath(p)
+        if name == target:
+            return True
+        base = os.path.basename(name)
+        return (
+            os.path.dirname(name) == folder
+            and base.startswith(temp_prefix)
+            and base.endswith(".new")
+        )
+
     def _open(p: Any, flags: int, *args: Any, **kwargs: Any) -> int:
         fd = real["open"](p, flags, *args, **kwargs)
-        if isinstance(p, (str, bytes, os.PathLike)) and os.path.realpath(p) == target:
+        if _is_target(p):
             fds.add(fd)
         return fd
 

@@ -821,20 +821,22 @@ def test_force_never_replaces_a_file_a_running_writer_holds(tmp_path):
         assert [p for p in os.listdir(tmp_path) if p.endswith(".partial")] == [], name
 
 
-def test_a_writer_that_starts_during_a_run_is_not_replaced_either(tmp_path):
-    """The check before the work is not enough: a writer may open OUT while the copy runs."""
+def test_a_writer_cannot_start_on_out_while_a_run_replaces_it(tmp_path):
+    """The check before the work is not enough: a writer may try to open OUT while the copy
+    runs. OUT's lock is held from the check to the rename, so that writer is refused (its
+    commit would otherwise be lost to the replacement)."""
     out = tmp_path / "out.evs"
     with evs.Writer(out) as w:
         w.append(["old"])
-    with pytest.raises(cli.CliError, match="a running writer has this file open"):
-        with cli.output.output_writer(str(out), append=False, force=True, metadata=None) as writer:
-            writer.append(["new"])
-            late = evs.Writer(out, "a")
-    late.append(["late"])
-    late.close()
+    with cli.output.output_writer(str(out), append=False, force=True, metadata=None) as writer:
+        writer.append(["new"])
+        with pytest.raises(evs.WriterLockedError):
+            evs.Writer(out, "a")
     with evs.open(out) as ds:
-        assert ds[:] == [["old"], ["late"]]
+        assert ds[:] == [["new"]]
     assert sorted(os.listdir(tmp_path)) == ["out.evs"]
+    with evs.Writer(out, "a") as late:  # the lock went with the run
+        late.append(["late"])
 
 
 # ----------------------------------------------------------------------------- new users

@@ -205,6 +205,18 @@ def encode_footer(offset: int, file_id: bytes, commit: Commit, checksum: Checksu
     return body + TRAILER.pack(offset, length, crc, TRAILER_MAGIC)
 
 
+def double_int(text: str) -> int:
+    """A JSON integer, refused (ValueError) when no double holds it (docs/FORMAT.md §7)."""
+    value = int(text)
+    try:
+        float(value)
+    except OverflowError:
+        raise ValueError(
+            f"the integer {text[:20]}... ({len(text)} digits) is too large for a double"
+        ) from None
+    return value
+
+
 def parse_metadata(raw: bytes, offset: int) -> dict:
     """The metadata block's JSON object (docs/FORMAT.md section 7), or FormatError.
 
@@ -213,7 +225,7 @@ def parse_metadata(raw: bytes, offset: int) -> dict:
     that whatever reads it can also write it again (copy, compress, merge).
     """
     try:
-        value = json.loads(raw.decode("utf-8"))
+        value = json.loads(raw.decode("utf-8"), parse_int=double_int)
     except (ValueError, RecursionError) as exc:
         # RecursionError: hostile nesting ([[[[...) deeper than json can parse
         raise FormatError(f"metadata is not JSON: {exc}", offset) from None

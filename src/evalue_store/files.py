@@ -80,6 +80,21 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
+def new_file_mode() -> int:
+    """The permission bits a new container gets (0o644 less the umask, as open(2) with
+    0o644 gives): a temporary file, created 0o600, is given them before it takes a name."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return 0o644 & ~int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)  # no /proc: read it the only other way there is
+    os.umask(mask)
+    return 0o644 & ~mask
+
+
 def create_temp(path: str, mode: int) -> tuple[int, str]:
     """A new, empty file beside ``path`` (same filesystem, so a rename can replace ``path``
     with it), with permission bits ``mode``, opened read-write and locked: (fd, its name)."""
@@ -108,7 +123,7 @@ def replace_locked(source: str, path: str, *, durable: bool = True) -> None:
         try:
             fd = open_locked(path, os.O_RDONLY | os.O_NONBLOCK)  # NONBLOCK: a FIFO is no wait
         except FileNotFoundError:
-            if _link_new(source, path):
+            if link_new(source, path):
                 break
             continue  # a file appeared at path: lock it first
         try:
@@ -122,7 +137,20 @@ def replace_locked(source: str, path: str, *, durable: bool = True) -> None:
         fsync_dir(path)
 
 
-def _link_new(source: str, path: str) -> bool:
+def replace_held(source: str, path: str, fd: int, *, durable: bool = True) -> None:
+    """Put ``source`` at ``path`` while ``fd``, open on ``path`` with its writer lock, is held
+    (taken before the work began, so no writer committed to ``path`` since). If ``path`` no
+    longer names that file, a process that ignores the locks replaced it: fall back to
+    replace_locked, which refuses a live writer's file."""
+    if _same_file(fd, path):
+        os.replace(source, path)
+        if durable:
+            fsync_dir(path)
+    else:
+        replace_locked(source, path, durable=durable)
+
+
+def link_new(source: str, path: str) -> bool:
     """Give ``source`` the name ``path`` if nothing has it: False if something does."""
     try:
         os.link(source, path)

@@ -254,7 +254,7 @@ class PlainFile:
                 self.found, keep = scan_tail(self.read, self.header, start, size, self.map, 0)
                 keep = max(keep, self.commit.end) if self.found else self.commit.end
             self.keep = keep
-            side = side_file(path, keep, self.read(keep, size - keep)) if size > keep else None
+            side = side_file(path, fd, keep, size) if size > keep else None
             self.salvage = (
                 Salvage(
                     self.commit.record_count,

@@ -66,6 +66,9 @@ class Dataset:
         self.max_record_bytes = max_record_bytes
         self.as_dict = as_dict
         self.filesystem = filesystem
+        self._file = self.path  # a local path resolved now: refresh() ignores a chdir
+        if filesystem is None and not remote.is_url(self.path):
+            self._file = os.path.abspath(self.path)
         self.storage_options = storage_options
         self.cache_dir = None if cache_dir is None else os.fspath(cache_dir)
         self._source: Any = None
@@ -83,7 +86,7 @@ class Dataset:
         """Open the file at its last commit. A writer may be cutting off an uncommitted tail
         (abort, recovery) while the tail is searched: a FormatError from a file whose size
         changed meanwhile is that race, and the open is tried again."""
-        path = self.path
+        path = self._file
         if self.filesystem is not None or remote.is_url(path):
             fs, inner, url = remote.resolve(path, self.filesystem, self.storage_options)
             if self.cache_dir is None:
@@ -192,7 +195,7 @@ class Dataset:
 
     def __getstate__(self) -> dict:
         return {
-            "path": self.path,
+            "path": self._file,  # the file this one reads, wherever the copy runs from
             "backend": self.backend,
             "verify": self.verify_reads,
             "cache_bytes": self.cache_bytes,
@@ -206,7 +209,7 @@ class Dataset:
 
     def __setstate__(self, state: dict) -> None:
         # Reopen lazily: a DataLoader pickles the dataset into every worker before use.
-        self.path = state["path"]
+        self.path = self._file = state["path"]
         self.backend = state["backend"]
         self.verify_reads = state["verify"]
         self.cache_bytes = state["cache_bytes"]

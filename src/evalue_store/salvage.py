@@ -16,6 +16,8 @@ from .codec import decode_payload
 from .container import Header, align_up, scan_frames
 from .files import fsync_dir
 
+CHUNK = 1 << 20  # bytes copied to a side file at a time
+
 
 @dataclass(frozen=True)
 class Salvage:
@@ -28,24 +30,45 @@ class Salvage:
     side_file: str | None
 
 
-def side_file(path: str, keep: int, data: Any) -> str:
-    """Save bytes that recovery will cut off, fsynced, under a name no other file has."""
-    side = f"{path}.tail-{keep}"
+def side_file(path: str, fd: int, start: int, end: int) -> str:
+    """Save the bytes [start, end) of the file at ``fd``, which recovery will cut off,
+    fsynced, under a name nothing else has (not even a dangling symlink). They are copied in
+    the kernel, or 1 MiB at a time, so a torn gigabyte is never held in memory."""
+    side = f"{path}.tail-{start}"
     counter = 0
-    while os.path.exists(side):
-        counter += 1
-        side = f"{path}.tail-{keep}.{counter}"
+    while True:
+        try:
+            out = os.open(side, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+            break
+        except FileExistsError:
+            counter += 1
+            side = f"{path}.tail-{start}.{counter}"
     try:
-        with open(side, "xb") as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
+        try:
+            _copy_range(fd, out, start, end)
+            os.fsync(out)
+        finally:
+            os.close(out)
         fsync_dir(side)  # the bytes are cut from the container next: their new name must last
     except BaseException:
         with contextlib.suppress(OSError):  # a partial copy saves nothing: the file is intact
             os.unlink(side)
         raise
     return side
+
+
+def _copy_range(fd: int, out: int, start: int, end: int) -> None:
+    offset = start
+    while offset < end:
+        n = min(end - offset, CHUNK)
+        try:
+            copied = os.copy_file_range(fd, out, n, offset, offset - start)
+        except OSError:  # not between these files (another filesystem type): by hand
+            data = os.pread(fd, n, offset)
+            copied = os.pwrite(out, data, offset - start) if data else 0
+        if copied == 0:
+            raise OSError(f"the file ended at {offset} while its tail was copied")
+        offset += copied
 
 
 def scan_tail(read: Any, header: Header, start: int, end: int, buf: Any, base: int) -> tuple:

@@ -46,7 +46,7 @@ from .bounded import open_regular
 from .container import ENTRY_SIZE, encode_footer
 from .errors import LIMIT, MANIFEST, ClosedError, FormatError
 from .fields import FIELDS_KEY, Fields
-from .files import fsync_dir
+from .files import fsync_dir, new_file_mode
 from .indexing import Index
 from .reader import Dataset, open_dataset
 from .writer import Writer
@@ -92,18 +92,24 @@ def describe_shard(path: PathLike) -> ShardInfo:
 # ---------------------------------------------------------------------------- manifests
 
 
-def _atomic_write_json(path: str, value: Any, durable: bool = True) -> None:
-    """Write JSON so readers see the old file or the new one, never a torn one."""
+def _atomic_write_json(path: str, value: Any, durable: bool = True, replace: bool = True) -> None:
+    """Write JSON so readers see the old file or the new one, never a torn one; without
+    ``replace``, an existing ``path`` is never replaced (FileExistsError)."""
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
     try:
+        os.fchmod(fd, new_file_mode())  # as readable as the shards, not mkstemp's 0o600
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(value, f, indent=1)
             f.write("\n")
             f.flush()
             if durable:
                 os.fsync(f.fileno())
-        os.replace(tmp, path)
+        if replace:
+            os.replace(tmp, path)
+        else:
+            os.link(tmp, path)  # fails if path exists
+            os.unlink(tmp)
     except BaseException:
         try:
             os.unlink(tmp)
@@ -114,12 +120,15 @@ def _atomic_write_json(path: str, value: Any, durable: bool = True) -> None:
         fsync_dir(path)
 
 
-def write_manifest(path: PathLike, shards: Sequence[ShardInfo], durable: bool = True) -> str:
-    """Write a manifest listing ``shards`` (paths stored relative to the manifest)."""
+def write_manifest(
+    path: PathLike, shards: Sequence[ShardInfo], durable: bool = True, replace: bool = True
+) -> str:
+    """Write a manifest listing ``shards`` (paths stored relative to the manifest); without
+    ``replace`` an existing manifest is never replaced (FileExistsError)."""
     path = os.path.abspath(os.fspath(path))
     base = os.path.dirname(path)
     doc = manifest_doc(shards, lambda p: os.path.relpath(p, base))
-    _atomic_write_json(path, doc, durable)
+    _atomic_write_json(path, doc, durable, replace)
     return path
 
 
@@ -248,10 +257,17 @@ def _check_unique(shards: Sequence[ShardInfo]) -> None:
 
 
 def _default_manifest(pattern: str) -> str:
-    """``data/train-{:05d}.evs`` -> ``data/train.manifest.json``; no prefix -> manifest.json."""
+    """``data/train-{:05d}.evs`` -> ``data/train.manifest.json``; no prefix -> manifest.json.
+    What follows the placeholder, but the shard suffix, is kept, so that distinct patterns
+    get distinct manifests: ``train-{:05d}-part1.evs`` -> ``train-part1.manifest.json``."""
     directory, name = os.path.split(pattern)
-    prefix = name.split("{", 1)[0].rstrip("-_.")
-    return os.path.join(directory, prefix + MANIFEST_SUFFIX if prefix else DIRECTORY_MANIFEST)
+    before, after = name.split("{", 1)[0], name.rsplit("}", 1)[-1]
+    for suffix in (*SHARD_SUFFIXES, os.path.splitext(after)[1]):
+        if after.endswith(suffix):
+            after = after[: len(after) - len(suffix)]
+            break
+    stem = before.rstrip("-_.") + after if after else before.rstrip("-_.")
+    return os.path.join(directory, stem + MANIFEST_SUFFIX if stem else DIRECTORY_MANIFEST)
 
 
 def shard_full(writer: Writer, max_records: int | None, max_bytes: int | None) -> bool:
@@ -307,7 +323,15 @@ class ShardWriter:
     ):
         self.pattern = os.fspath(pattern)
         self._staging: remote_shards.Staging | None = None
-        if self.pattern.format(0) == self.pattern.format(1):
+        try:
+            one_placeholder = self.pattern.format(0) != self.pattern.format(1)
+        except (IndexError, KeyError, ValueError) as exc:
+            raise ValueError(
+                f"pattern {self.pattern!r} must have one placeholder such as {{:05d}} ({exc})"
+            ) from None
+        if filesystem is None and not remote.is_url(self.pattern):
+            self.pattern = os.path.abspath(self.pattern)  # a later chdir changes nothing
+        if not one_placeholder:
             raise ValueError(f"pattern {self.pattern!r} needs a placeholder such as {{:05d}}")
         for name, limit in (("max_records", max_records), ("max_bytes", max_bytes)):
             if limit is not None and limit < 1:
@@ -334,12 +358,18 @@ class ShardWriter:
         self.writer_options = writer_options
         self.durable = durable
         self.mode = "w" if overwrite else "x"
+        if self.mode == "x" and not resume and os.path.exists(self.manifest_path):
+            raise FileExistsError(
+                f"{self.manifest_path}: a finished job's manifest is there; rerunning into the "
+                "same place needs overwrite=True (or another pattern or manifest)"
+            )
         self.shards: list[ShardInfo] = []
         self._writer: Writer | None = None
         self._fields = Fields()  # the same field names in every shard
         self._count = 0
         self._closed = False
         self.salvage = None  # with resume: what reopening the last shard salvaged, if anything
+        self._resumed = resume
         if resume:
             if overwrite:
                 raise ValueError("resume and overwrite exclude each other")
@@ -430,7 +460,13 @@ class ShardWriter:
             if manifest and self._staging is not None:
                 self._staging.upload_manifest(manifest_doc(self.shards, lambda p: p))
             elif manifest:
-                write_manifest(self.manifest_path, self.shards, self.durable)
+                replace = self.mode == "w" or self._resumed
+                write_manifest(self.manifest_path, self.shards, self.durable, replace)
+                if self.mode == "w":  # an earlier run's later shards must not be read with ours
+                    k = len(self.shards)
+                    while os.path.lexists(self.pattern.format(k)):
+                        os.unlink(self.pattern.format(k))
+                        k += 1
         finally:
             if self._staging is not None:
                 self._staging.cleanup()

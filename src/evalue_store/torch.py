@@ -294,6 +294,13 @@ def collate(
 
     first = batch[0]
     if isinstance(first, Mapping):
+        for i, sample in enumerate(batch):
+            if not isinstance(sample, Mapping) or sample.keys() != first.keys():
+                keys = sorted(map(str, sample.keys())) if isinstance(sample, Mapping) else None
+                raise ValueError(
+                    f"sample {i} of the batch has fields {keys}, sample 0 has "
+                    f"{sorted(map(str, first.keys()))}"
+                )
         return {key: field(key, [s[key] for s in batch]) for key in first}
     if isinstance(first, (list, tuple)):
         if any(len(s) != len(first) for s in batch):
@@ -428,6 +435,7 @@ class ShardedIterableDataset(IterableDataset):
             a, b = max(lo - pos, 0), min(hi - pos, n)
             pos += n
             if a < b:
+                self.data.shard(int(k))  # opened, so n is checked before n indices are made
                 if self.shuffle:  # the same for every rank: it depends on (seed, epoch, k)
                     local = np.random.default_rng([self.seed, epoch, int(k)]).permutation(n)[a:b]
                 else:
@@ -521,6 +529,9 @@ class ShardedIterableDataset(IterableDataset):
                 f"state was saved for {saved}, this dataset is {self._fingerprint()}: "
                 "resuming would not be exact"
             )
+        position = state.get("position")
+        if type(position) is not int or not 0 <= position <= len(self):
+            raise ValueError(f"position {position!r} is not one of this rank's {len(self)} records")
         self._shared[0] = state["epoch"]
-        self._shared[1] = state["position"]
+        self._shared[1] = position
         self._position = None

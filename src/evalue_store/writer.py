@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import json
+import numbers
 import os
 import stat
 import threading
@@ -30,6 +32,7 @@ from .container import (
     Commit,
     Segment,
     checksum_function,
+    double_int,
     empty_commit,
     encode_footer,
     encode_header,
@@ -39,7 +42,7 @@ from .container import (
 )
 from .errors import ClosedError, EncodeError, FormatError
 from .fields import WriterFields
-from .files import create_temp, fsync_dir, open_locked, replace_locked
+from .files import create_temp, fsync_dir, link_new, new_file_mode, open_locked, replace_locked
 from .physical import Restart, new_sink, open_for_append
 from .salvage import Salvage, side_file
 from .zstd import DEFAULT_FRAME_SIZE, MAX_FRAME_SIZE
@@ -55,8 +58,11 @@ def _encode_metadata(metadata: dict | None) -> bytes:
         raise EncodeError("metadata must be a dict of JSON values")
     try:
         data = json.dumps(metadata, ensure_ascii=False, allow_nan=False).encode("utf-8")
+        json.loads(data, parse_int=double_int)  # as a reader will: no integer beyond a double
     except (TypeError, ValueError) as exc:
         raise EncodeError(f"metadata is not JSON-serializable: {exc}") from None
+    except RecursionError:
+        raise EncodeError("metadata is nested too deeply to be stored as JSON") from None
     if len(data) > MAX_METADATA:
         raise EncodeError(f"metadata is {len(data)} bytes; the limit is {MAX_METADATA}")
     return data
@@ -68,9 +74,12 @@ _LIVE_WRITERS: weakref.WeakSet = weakref.WeakSet()
 def _disown_writers() -> None:
     """In a forked child, writers inherited from the parent share its descriptor and lock:
     using one would interleave the two processes' bytes. They refuse to, and closing or
-    collecting them leaves the parent's file alone."""
+    collecting them leaves the parent's file alone. The child's copy of the descriptor is
+    closed at once: the lock goes only with the last descriptor of the open file, so a child
+    that keeps it would hold the file locked after the parent closed its writer."""
     for writer in list(_LIVE_WRITERS):
         writer._foreign = True
+        writer._release()
         writer._failed = (
             f"this Writer belongs to process {writer._pid} (it was inherited by fork); "
             "open the file in this process instead"
@@ -93,7 +102,9 @@ def _serialized(method: Any) -> Any:
 
 
 def _check_alignment(alignment: int) -> None:
-    if not valid_alignment(alignment):
+    if isinstance(alignment, bool) or not isinstance(alignment, numbers.Integral):
+        raise TypeError(f"alignment must be an int, not {alignment!r}")
+    if not valid_alignment(int(alignment)):
         raise ValueError(f"alignment must be a power of two in [8, 65536], not {alignment}")
 
 
@@ -166,6 +177,16 @@ class Writer(WriterFields):
         if mode == "w" and os.path.lexists(self.path):
             self._replace(alignment, compression, dictionary)
             return
+        if mode == "x" and os.path.lexists(self.path):
+            raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), self.path)
+        if not os.path.lexists(self.path):
+            if self._create_new(alignment, compression, dictionary):
+                return
+            if mode == "x":  # another process created it meanwhile
+                raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), self.path)
+            if mode == "w":
+                self._replace(alignment, compression, dictionary)
+                return
         flags = os.O_RDWR | os.O_CREAT | (os.O_EXCL if mode != "a" else 0)
         self._fd = open_locked(self.path, flags)
         try:
@@ -182,6 +203,32 @@ class Writer(WriterFields):
         except BaseException:
             self._release()
             raise
+
+    def _create_new(
+        self, alignment: int, compression: str | None, dictionary: bytes | None
+    ) -> bool:
+        """A new file: built as a temporary file holding its header and first commit, then
+        linked to its name, so that no reader ever finds it without them. False (and nothing
+        changed) if a file took the name meanwhile."""
+        try:
+            self._fd, temp = create_temp(self.path, new_file_mode())
+        except OSError as exc:  # name the file asked for, not the temporary one
+            raise type(exc)(exc.errno, exc.strerror, self.path) from None
+        try:
+            self._create(alignment, compression, dictionary)
+            linked = link_new(temp, self.path)
+        except BaseException:
+            self._release()
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temp)
+            raise
+        if not linked:
+            self._release()
+            os.unlink(temp)
+            return False
+        if self.durable:
+            fsync_dir(self.path)
+        return True
 
     def _replace(self, alignment: int, compression: str | None, dictionary: bytes | None) -> None:
         """Mode "w" over an existing file: build the new, empty container as a new inode and
@@ -218,7 +265,7 @@ class Writer(WriterFields):
     def _open_existing(self, size: int, new_metadata: bool, alignment: int) -> None:
         state = open_for_append(self._fd, size, self.path)
         if isinstance(state, Restart):  # nothing was ever committed: start it afresh
-            side = side_file(self.path, 0, os.pread(self._fd, size, 0))
+            side = side_file(self.path, self._fd, 0, size)
             os.ftruncate(self._fd, 0)  # no reader can have opened it: it has no commit
             self._create(alignment, "zstd", state.dictionary)
             self.salvage = Salvage(0, 0, size, size, side)
@@ -261,6 +308,8 @@ class Writer(WriterFields):
         return offset
 
     def _check_open(self) -> None:
+        if self._foreign:
+            raise ClosedError(f"{self.path}: {self._failed}")
         if self._fd < 0:
             raise ClosedError(f"{self.path}: writer is closed")
         if self._inflight is not None and not self._foreign:

@@ -447,7 +447,7 @@ class ZstdFile:
             self.logical_end = source.size + sum(d for _, d, _ in kept)
             side = None
             if size > self.keep:
-                side = side_file(path, self.keep, source.reader.pread(self.keep, size - self.keep))
+                side = side_file(path, fd, self.keep, size)
             self.salvage = None
             if size > table.end:
                 self.salvage = Salvage(

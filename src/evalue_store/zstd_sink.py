@@ -311,7 +311,7 @@ class ZstdFile:
             )
             side = None
             if size > self.keep:
-                side = side_file(path, self.keep, source.reader.pread(self.keep, size - self.keep))
+                side = side_file(path, fd, self.keep, size)
             self.salvage = None
             if size > block.end:
                 self.salvage = Salvage(

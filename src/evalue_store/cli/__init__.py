@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from . import copy, demo, info, pack, stats, verify
+from .output import release
 from .registry import build_parser
 from .render import EXIT_OK, PROG, CliError, error_line
 
@@ -87,3 +88,5 @@ def run_command(argv: list[str] | None) -> int:
         code, line = error_line(exc, getattr(args, "file", None))
         print(f"{PROG}: {line}", file=sys.stderr)
         return code
+    finally:
+        release()  # the locks a failed run took on the outputs it was to replace

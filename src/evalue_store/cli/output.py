@@ -15,11 +15,19 @@ from typing import Any, BinaryIO
 import evalue_store as evs
 
 from ..container import MAGIC
-from ..files import fsync_dir, lock, replace_locked
+from ..files import fsync_dir, open_locked, replace_held, replace_locked
 from ..zstd import is_compressed
 from .render import PROG, CliError
 
 LOCKED = "a running writer has this file open; not replaced (wait until it exits)"
+
+# Errors of a write that mean "no room for OUT": blamed on OUT, not on the command's input.
+OUT_OF_SPACE = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT}
+
+# OUTs that --force replaces, by path: their writer lock, taken when refuse_overwrite checks
+# them and held until the rename, so that no writer can open one and commit while the run
+# works (its commit would be lost to the replacement, or missed when OUT is also the input).
+_held: dict[str, int] = {}
 
 
 def check_output(path: str) -> None:
@@ -53,16 +61,21 @@ def refuse_overwrite(path: str, force: bool, append: bool = False) -> None:
     if not force:
         flags = "--append to add to it or --force" if append else "--force"
         raise CliError(path, f"already exists; use {flags} to replace it")
+    release(path)
     try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return  # unreadable: the rename decides
-    try:
-        lock(fd, path)
+        _held[path] = open_locked(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO is no wait
     except evs.WriterLockedError:
         raise CliError(path, LOCKED) from None
-    finally:
-        os.close(fd)
+    except OSError:
+        return  # unreadable: the rename decides
+
+
+def release(path: str | None = None) -> None:
+    """Let go of the lock refuse_overwrite took on ``path`` (on all, without one)."""
+    for name in [path] if path is not None else list(_held):
+        fd = _held.pop(name, None)
+        if fd is not None:
+            os.close(fd)
 
 
 @contextmanager
@@ -80,7 +93,14 @@ def replacing(path: str, *, clobber: bool = True, durable: bool = True) -> Itera
         yield temp
         if clobber:
             try:
-                replace_locked(temp, path, durable=durable)
+                held = _held.pop(path, None)
+                if held is None:
+                    replace_locked(temp, path, durable=durable)
+                else:
+                    try:
+                        replace_held(temp, path, held, durable=durable)
+                    finally:
+                        os.close(held)
             except evs.WriterLockedError:
                 raise CliError(path, LOCKED) from None
         else:
@@ -98,9 +118,12 @@ def replacing(path: str, *, clobber: bool = True, durable: bool = True) -> Itera
                 os.rename(temp, path)
             if durable:
                 fsync_dir(path)
-    except BaseException:
+    except BaseException as exc:
+        release(path)
         with suppress(FileNotFoundError):
             os.unlink(temp)
+        if isinstance(exc, OSError) and exc.errno in OUT_OF_SPACE and exc.filename is None:
+            raise CliError(path, exc.strerror or str(exc)) from None  # not the input's fault
         raise
 
 
@@ -128,19 +151,55 @@ def output_writer(
     so a failed run never leaves a half-written OUT behind (nor replaces an old one).
     ``options`` go to evs.Writer for a new file (compression settings, format version); an
     appended OUT keeps its own."""
-    if append:
-        with evs.Writer(path, "a", metadata=metadata) as writer:
-            if writer.salvage:
-                s = writer.salvage
-                print(
-                    f"{PROG}: {path}: salvaged {s.salvaged_records} records of a crashed "
-                    f"writer first"
-                    + (f"; damaged tail kept in {s.side_file}" if s.side_file else ""),
-                    file=sys.stderr,
-                )
-            yield writer
+    if append and os.path.exists(path):
+        # Into a copy of OUT, renamed over it when complete: a killed run must leave no
+        # records of its own in OUT, which the next writer would salvage and commit (and a
+        # retry would then add again). OUT's lock is held throughout.
+        check_output(path)
+        release(path)
+        try:
+            _held[path] = held = open_locked(path, os.O_RDONLY | os.O_NONBLOCK)
+        except evs.WriterLockedError:
+            raise CliError(path, LOCKED) from None
+        with replacing(path) as temp:
+            _copy_file(held, temp)
+            with evs.Writer(temp, "a", metadata=metadata) as writer:
+                if writer.salvage:
+                    s = writer.salvage
+                    print(
+                        f"{PROG}: {path}: salvaged {s.salvaged_records} records of a crashed "
+                        f"writer first"
+                        + (f"; damaged tail kept in {s.side_file}" if s.side_file else ""),
+                        file=sys.stderr,
+                    )
+                yield writer
+        return
+    if append:  # nothing to add to: a new file, which a file appearing meanwhile beats
+        check_output(path)
+        with replacing(path, clobber=False) as temp:
+            with evs.Writer(temp, "x", metadata=metadata, alignment=alignment, **options) as writer:
+                yield writer
         return
     refuse_overwrite(path, force)
     with replacing(path) as temp:
         with evs.Writer(temp, "x", metadata=metadata, alignment=alignment, **options) as writer:
             yield writer
+
+
+def _copy_file(fd: int, temp: str) -> None:
+    """Copy the file open at ``fd`` into a new file ``temp`` with its permission bits (in
+    the kernel, and by reflink where the filesystem shares blocks)."""
+    with open(temp, "xb") as out:
+        os.fchmod(out.fileno(), os.fstat(fd).st_mode & 0o7777)
+        offset, size = 0, os.fstat(fd).st_size
+        while offset < size:
+            try:
+                n = os.copy_file_range(fd, out.fileno(), size - offset, offset, offset)
+            except OSError as exc:
+                if exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+                    raise
+                chunk = os.pread(fd, min(size - offset, 1 << 24), offset)
+                n = os.pwrite(out.fileno(), chunk, offset)
+            if n == 0:
+                break
+            offset += n

@@ -7,12 +7,13 @@ from __future__ import annotations
 import argparse
 import glob
 import json
+import math
 import os
 import re
 import zipfile
 from collections import Counter
 from collections.abc import Iterator
-from typing import Any, Callable
+from typing import Any, BinaryIO, Callable
 
 import numpy as np
 from tqdm import tqdm
@@ -66,12 +67,35 @@ def npz_source(path: str, args: argparse.Namespace, fields: Counter) -> Source:
     """One record per .npz file: its arrays in the order they are stored in the archive."""
     numpy_file(path, b"PK", "a .npz file (a zip archive of .npy arrays)")
     with np.load(path, allow_pickle=False) as npz:
-        fields[tuple(npz.files)] += 1
-        yield path, [scalar_or_array(npz[name]) for name in npz.files]
+        # By member name: numpy's key "a.npy" may mean the member of "a" or of "a.npy".
+        members = npz.zip.namelist()
+        for name in members:
+            with npz.zip.open(name) as member:
+                check_npy_size(member, npz.zip.getinfo(name).file_size, f"member {name}: ")
+        fields[tuple(name.removesuffix(".npy") for name in members)] += 1
+        yield path, [scalar_or_array(npz[name]) for name in members]
+
+
+def check_npy_size(f: BinaryIO, size: int, where: str = "") -> None:
+    """Refuse an array whose header claims more data than the ``size`` bytes there are:
+    numpy allocates what the header says before reading (ValueError)."""
+    version = np.lib.format.read_magic(f)
+    read_header = np.lib.format.read_array_header_1_0
+    if version != (1, 0):
+        read_header = np.lib.format.read_array_header_2_0
+    shape, _, dtype = read_header(f)
+    claimed = math.prod(shape) * dtype.itemsize
+    if claimed > size - f.tell():
+        raise ValueError(
+            f"{where}its header claims {claimed:,} bytes of data ({shape}, {dtype}); "
+            f"there are {max(size - f.tell(), 0):,}"
+        )
 
 
 def npy_source(path: str, args: argparse.Namespace, fields: Counter) -> Source:
     numpy_file(path, b"\x93NUMPY", "a .npy file")
+    with open(path, "rb") as f:
+        check_npy_size(f, os.fstat(f.fileno()).st_size)
     yield path, [scalar_or_array(np.load(path, allow_pickle=False))]
 
 
@@ -128,6 +152,8 @@ def jsonl_source(path: str, args: argparse.Namespace, fields: Counter) -> Source
                         raise ValueError(f"value {k}: {exc}") from None
             except ValueError as exc:
                 raise CliError(where, str(exc)) from None
+            except RecursionError:
+                raise CliError(where, "lists nested too deeply") from None
             yield where, record
 
 
@@ -332,6 +358,8 @@ def export_records(ds: evs.Dataset, args: argparse.Namespace, bar: tqdm) -> int:
                 keys = names if isinstance(names, list) and len(names) == len(record) else None
                 keys = keys or [f"arr_{k}" for k in range(len(record))]
                 arrays = {str(key): npz_value(v) for key, v in zip(keys, record)}
+                if any("\0" in key for key in arrays):  # a zip member name ends at a NUL
+                    raise evs.EncodeError("a field name holding NUL has no .npz form")
         except evs.EncodeError as exc:
             raise CliError(ds.path, f"record {i}: {exc}") from None
         suffix = ".bin" if args.format == "java" else ".npz"
@@ -340,11 +368,22 @@ def export_records(ds: evs.Dataset, args: argparse.Namespace, bar: tqdm) -> int:
             if args.format == "java":
                 out.write(data)
             else:
-                np.savez(out, **arrays)
+                write_npz(out, arrays)
         bar.update()
         if i == n - 1:
             fsync_dir(path)  # every name at once
     return n
+
+
+def write_npz(out: BinaryIO, arrays: dict[str, np.ndarray]) -> None:
+    """What np.savez writes, for any key: savez takes its own keywords (file, allow_pickle)
+    from among the names and leaves a name ending in .npy as it is, so that "a.npy" and "a"
+    would both become the member a.npy. Here every member is the key plus ".npy", which
+    np.load strips again."""
+    with zipfile.ZipFile(out, "w", allowZip64=True) as archive:
+        for key, array in arrays.items():
+            with archive.open(key + ".npy", "w", force_zip64=True) as member:
+                np.lib.format.write_array(member, array, allow_pickle=False)
 
 
 def _export_args(p: argparse.ArgumentParser) -> None:

@@ -116,6 +116,8 @@ def json_object(text: str) -> dict:
         value = json.loads(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
+    except RecursionError:
+        raise argparse.ArgumentTypeError("nested too deeply to store") from None
     if not isinstance(value, dict):
         raise argparse.ArgumentTypeError('must be a JSON object, like \'{"name": "w1"}\'')
     return value

@@ -1,0 +1,78 @@
+"""Black-box attacks on `evalue-store pack` with hostile inputs."""
+
+from __future__ import annotations
+
+import io
+import struct
+import subprocess
+import sys
+import zipfile
+
+import pytest
+
+
+def _npy(shape: tuple, descr: str = "<f8", body: bytes = b"\0" * 64) -> bytes:
+    header = f"{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape!r}, }}"
+    header += " " * (118 - len(header)) + "\n"
+    return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode() + body
+
+
+def _pack_limited(src, out) -> subprocess.CompletedProcess:
+    """Run pack with its address space capped 512 MiB above a fresh interpreter's."""
+    script = (
+        "import resource, sys\n"
+        "from evalue_store.cli import main\n"
+        "pages = int(open('/proc/self/statm').read().split()[0])\n"
+        "cap = pages * 4096 + (512 << 20)\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (cap, cap))\n"
+        f"sys.exit(main(['pack', {str(src)!r}, '-o', {str(out)!r}]))\n"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+
+
+@pytest.mark.parametrize("kind", ["npy", "npz"])
+def test_pack_does_not_allocate_what_an_npy_header_claims(tmp_path, kind):
+    """Project rule (and THREAT_MODEL's spirit): bad input "never crashes, hangs, or allocates
+    what a header merely claims: it raises a clear error ... naming what is wrong and where";
+    CLI.md: "An input pack cannot read is named with what is wrong with it ... and nothing is
+    written".
+
+    A 190-byte .npy (or an .npz holding it) whose header claims 2^30 float64 elements makes
+    pack allocate the 8 GiB first: "evalue-store: internal error MemoryError: Unable to
+    allocate 8.00 GiB ..." (no file named), or, without a memory limit, 8 GiB of address
+    space for 64 bytes of data."""
+    src = tmp_path / "in"
+    src.mkdir()
+    data = _npy((1 << 30,))
+    if kind == "npy":
+        (src / "a.npy").write_bytes(data)
+    else:
+        buf = io.BytesIO()
+        with zipfile.ZipFile(buf, "w") as z:
+            z.writestr("x.npy", data)
+        (src / "a.npz").write_bytes(buf.getvalue())
+    p = _pack_limited(src, tmp_path / "o.evs")
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    assert "internal error" not in p.stderr and "MemoryError" not in p.stderr, p.stderr
+    assert f"a.{kind}" in p.stderr, p.stderr
+    assert not (tmp_path / "o.evs").exists()
+
+
+def test_pack_names_a_jsonl_line_nested_too_deep(tmp_path):
+    """CLI.md: "Objects, lists mixing bools and numbers, or lists holding strings or null are
+    errors naming the file, line and value"; "An input pack cannot read is named with what
+    is wrong with it". A line of 100,000 nested brackets gives "evalue-store: internal error
+    RecursionError: ..." instead, naming neither the file nor the line."""
+    src = tmp_path / "deep.jsonl"
+    src.write_text("[1]\n[" + "[" * 100_000 + "]" * 100_000 + "]\n")
+    p = subprocess.run(
+        [sys.executable, "-m", "evalue_store", "pack", str(src), "-o", str(tmp_path / "o.evs")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert p.returncode == 2, p.stderr
+    assert "internal error" not in p.stderr and "RecursionError" not in p.stderr, p.stderr
+    assert "deep.jsonl" in p.stderr and "line 2" in p.stderr, p.stderr
