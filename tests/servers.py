@@ -186,6 +186,7 @@ def s3_server(own_process: bool = False) -> Iterator[S3]:
     else:
         moto = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
         moto.start()
+        reset_moto(port)  # moto keeps its buckets per process: start from none
     proxy = CountingProxy(("127.0.0.1", port))
     thread = threading.Thread(target=proxy.serve_forever, daemon=True)
     thread.start()
@@ -202,6 +203,18 @@ def s3_server(own_process: bool = False) -> Iterator[S3]:
         proxy.shutdown()
         proxy.server_close()
         moto.stop()
+
+
+def reset_moto(port: int) -> None:
+    """Empty a moto server: its backends are global to the process that runs it, so an
+    earlier test module's buckets would still be there."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        conn.request("POST", "/moto-api/reset")
+        if conn.getresponse().status != 200:
+            raise RuntimeError("moto did not reset")
+    finally:
+        conn.close()
 
 
 class _Process:

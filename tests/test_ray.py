@@ -17,6 +17,8 @@ import pytest
 import evalue_store as evs
 from evalue_store.errors import EncodeError, Error
 
+from .servers import reset_moto
+
 pytest.importorskip("ray.data", reason="the ray extra is not installed")
 import pyarrow as pa  # noqa: E402  (ray[data] requires it)
 import ray  # noqa: E402
@@ -285,6 +287,7 @@ def s3():
         port = probe.getsockname()[1]
     server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
+    reset_moto(port)  # moto's buckets are global to this process: none from other modules
     options = {
         "key": "testing",
         "secret": "testing",

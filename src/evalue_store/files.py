@@ -14,10 +14,11 @@ POSIX only: reads and writes use ``os.pread``/``os.pwrite`` and the lock is ``fl
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
-import tempfile
+import secrets
 
 from .errors import WriterLockedError
 
@@ -34,6 +35,13 @@ def lock(fd: int, path: str) -> None:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         raise WriterLockedError(f"{path}: another writer has this file open") from None
+
+
+def unlock(fd: int) -> None:
+    """Drop the writer lock of ``fd``'s open file, for every descriptor that shares it (a
+    forked child's copy included), before the writer closes ``fd``."""
+    with contextlib.suppress(OSError):
+        fcntl.flock(fd, fcntl.LOCK_UN)
 
 
 def _same_file(fd: int, path: str) -> bool:
@@ -97,9 +105,26 @@ def new_file_mode() -> int:
 
 def create_temp(path: str, mode: int) -> tuple[int, str]:
     """A new, empty file beside ``path`` (same filesystem, so a rename can replace ``path``
-    with it), with permission bits ``mode``, opened read-write and locked: (fd, its name)."""
+    with it), with permission bits ``mode``, opened read-write and locked: (fd, its name).
+
+    The name is chosen before the file is made, so an interrupt that arrives as open(2)
+    returns (when the descriptor is not ours yet) still removes the file: O_EXCL means a
+    file of that name that exists then is the one this call made."""
     directory = os.path.dirname(os.path.abspath(path))
-    fd, temp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".new", dir=directory)
+    flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    for _ in range(100):
+        temp = os.path.join(directory, f".{os.path.basename(path)}.{secrets.token_hex(6)}.new")
+        try:
+            fd = os.open(temp, flags, 0o600)
+        except FileExistsError:
+            continue
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temp)
+            raise
+        break
+    else:
+        raise FileExistsError(errno.EEXIST, "no free temporary name", path)
     try:
         os.fchmod(fd, mode)
         lock(fd, temp)

@@ -42,7 +42,15 @@ from .container import (
 )
 from .errors import ClosedError, EncodeError, FormatError
 from .fields import WriterFields
-from .files import create_temp, fsync_dir, link_new, new_file_mode, open_locked, replace_locked
+from .files import (
+    create_temp,
+    fsync_dir,
+    link_new,
+    new_file_mode,
+    open_locked,
+    replace_locked,
+    unlock,
+)
 from .physical import Restart, new_sink, open_for_append
 from .salvage import Salvage, side_file
 from .zstd import DEFAULT_FRAME_SIZE, MAX_FRAME_SIZE
@@ -598,7 +606,11 @@ class Writer(WriterFields):
         leave a number that a later close would take from whoever reuses it."""
         fd, self._fd = self._fd, -1
         if fd >= 0:
-            os.close(fd)
+            try:
+                if not self._foreign:  # a forked child that has not yet closed its copy of
+                    unlock(fd)  # the descriptor would keep the lock; a child never unlocks
+            finally:
+                os.close(fd)
 
     def __enter__(self) -> Writer:
         return self
