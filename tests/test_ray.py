@@ -7,7 +7,6 @@ from __future__ import annotations
 import importlib
 import os
 import re
-import socket
 import sys
 from pathlib import Path
 
@@ -17,8 +16,6 @@ import pytest
 import evalue_store as evs
 from evalue_store.errors import EncodeError, Error
 
-from .servers import reset_moto
-
 pytest.importorskip("ray.data", reason="the ray extra is not installed")
 import pyarrow as pa  # noqa: E402  (ray[data] requires it)
 import ray  # noqa: E402
@@ -27,6 +24,8 @@ from ray.data.block import BlockAccessor  # noqa: E402
 
 import evalue_store.ray as evr  # noqa: E402
 from evalue_store.arrowmap import block_columns, ray_batch  # noqa: E402
+
+from .servers import s3_server  # noqa: E402
 
 ROWS_PER_BLOCK = 50
 
@@ -232,7 +231,7 @@ def test_a_failing_write_task_leaves_no_manifest_and_no_shards(cluster, tmp_path
     sink = evr.EValueDatasink(out, max_records=30, min_rows_per_write=2 * ROWS_PER_BLOCK)
     with pytest.raises(Exception, match="column 'big': uint64 value"):
         ray.data.from_arrow(blocks).write_datasink(sink, concurrency=2)
-    assert os.listdir(out) == []  # no manifest, and no shard of any task
+    assert os.listdir(out) == [sink.failed_marker]  # no manifest, no shard of any task
     assert sink.removed  # the driver found other tasks' shards and removed them
 
 
@@ -280,23 +279,10 @@ def test_readme_ray_block_runs(cluster, tmp_path, monkeypatch):
 @pytest.fixture(scope="module")
 def s3():
     """A real S3 API: moto's standalone server on a loopback port, with one bucket."""
-    moto_server = pytest.importorskip("moto.server", reason="moto[server] is not installed")
-    s3fs = pytest.importorskip("s3fs")
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    reset_moto(port)  # moto's buckets are global to this process: none from other modules
-    options = {
-        "key": "testing",
-        "secret": "testing",
-        "endpoint_url": f"http://127.0.0.1:{port}",
-    }
-    fs = s3fs.S3FileSystem(**options)
-    fs.mkdir("bucket")
-    yield fs, options
-    server.stop()
+    with s3_server() as server:
+        fs = server.fs()
+        fs.mkdir("bucket")
+        yield fs, server.options
 
 
 def test_packaging_into_a_bucket(cluster, s3, tmp_path):
@@ -316,6 +302,13 @@ def test_packaging_into_a_bucket(cluster, s3, tmp_path):
     assert len(back) == 200
     for record, row in zip(back, expected(200)):
         check_record(record, row)
+    plain = evr.EValueDatasink("s3://bucket/plain", max_records=40, storage_options=options)
+    ds.write_datasink(plain, concurrency=2)
+    read = evr.read_evalue_store("s3://bucket/plain/manifest.json", storage_options=options)
+    back = sorted(read.take_all(), key=lambda r: r["id"])  # read tasks read the bucket
+    assert len(back) == 200
+    for record, row in zip(back, expected(200)):
+        check_record(record, row)
 
     blocks = [block(first) for first in range(0, 400, ROWS_PER_BLOCK)]
     blocks[5] = block(5 * ROWS_PER_BLOCK, bad_row=49)
@@ -325,5 +318,5 @@ def test_packaging_into_a_bucket(cluster, s3, tmp_path):
     with pytest.raises(Exception, match="column 'big'"):
         ray.data.from_arrow(blocks).write_datasink(failing, concurrency=2)
     fs.invalidate_cache()
-    assert not fs.exists("bucket/failed") or fs.ls("bucket/failed") == []
+    assert [p.rsplit("/", 1)[1] for p in fs.ls("bucket/failed")] == [failing.failed_marker]
     assert failing.removed

@@ -12,7 +12,8 @@ has finished, the driver writes the one manifest (``manifest.json``, the format 
 ``evalue_store.shards``) listing all of them, in task order: a dataset with no manifest is
 not finished. If any task fails, the failing task removes its own shards, and the driver
 removes every shard of this write's pattern it can find and logs what it removed (and what
-it could not): no manifest is written. Column names and order come from the block schema
+it could not): no manifest is written, and an empty marker ``.{prefix}-write-failed`` tells
+tasks still running to remove theirs. Column names and order come from the block schema
 (``evalue_store.arrowmap`` has the type mapping) and are stored as the field names.
 
 A target that is an fsspec URL (``s3://bucket/dir``, ``file:///...``) is written through
@@ -40,6 +41,7 @@ import numpy as np
 from ray.data import Datasink, Datasource, ReadTask, read_datasource
 from ray.data.block import BlockAccessor, BlockMetadata
 
+from . import remote
 from .arrowmap import block_columns, ray_batch
 from .container import ENTRY_SIZE
 from .errors import EncodeError
@@ -67,16 +69,12 @@ class _Target:
     """The directory a write goes to: a local path, or a directory of an fsspec filesystem."""
 
     def __init__(self, path: str, filesystem: Any, storage_options: dict | None):
-        if filesystem is None and "://" not in path:
+        if filesystem is None and not remote.is_url(path):
             self.fs = None
-            self.root = os.path.abspath(path)
+            self.root = os.path.abspath(path.removeprefix("file://"))
             return
-        if filesystem is None:
-            import fsspec
-
-            filesystem, path = fsspec.core.url_to_fs(path, **(storage_options or {}))
-        self.fs = filesystem
-        self.root = path.rstrip("/")
+        self.fs, inner, _ = remote.resolve(path, filesystem, storage_options)
+        self.root = inner.rstrip("/")
 
     def join(self, name: str) -> str:
         return os.path.join(self.root, name) if self.fs is None else f"{self.root}/{name}"
@@ -103,6 +101,12 @@ class _Target:
             return []
         return [p.rstrip("/").rsplit("/", 1)[-1] for p in self.fs.ls(self.root, detail=False)]
 
+    def touch(self, name: str) -> None:
+        if self.fs is None:
+            open(self.join(name), "w").close()
+        else:
+            self.fs.pipe_file(self.join(name), b"")
+
     def remove(self, names: Iterable[str]) -> list[str]:
         """Remove ``names``; returns those that could not be removed."""
         failed = []
@@ -126,7 +130,10 @@ def publish_file(local: str, target: _Target, name: str) -> None:
     not append), and the local copy removed. The one place a write leaves this machine."""
     if target.fs is None:
         return
-    target.fs.put_file(local, target.join(name))
+    path = target.join(name)
+    remote._retrying(
+        lambda: target.fs.put_file(local, path), target.fs.unstrip_protocol(path), "upload"
+    )
     os.unlink(local)
 
 
@@ -196,6 +203,12 @@ class EValueDatasink(Datasink):
     def min_bytes_per_write(self) -> int | None:
         return self.max_bytes
 
+    @property
+    def failed_marker(self) -> str:
+        """Left in the target by a failed write. A task that finishes after the failure
+        finds it and removes its own shards (the driver's listing may predate them)."""
+        return f".{self.prefix}-write-failed"
+
     def shard_name(self, task: int, n: int) -> str:
         return f"{self.prefix}-{task:05d}-{n:05d}{self.suffix}"
 
@@ -217,7 +230,7 @@ class EValueDatasink(Datasink):
         self._started = True
         if has_manifest:  # first: no reader may follow it to shards being replaced
             self.target.remove([DIRECTORY_MANIFEST])
-        self.target.remove(old)
+        self.target.remove(old + [self.failed_marker])
         self.target.makedirs()
 
     def write(self, blocks: Iterable[Any], ctx: Any) -> dict:
@@ -263,6 +276,7 @@ class EValueDatasink(Datasink):
         """Driver, after a failure: no manifest; remove the shards written so far."""
         if not self._started:  # failed before this write created anything
             return
+        self.target.touch(self.failed_marker)  # first: tasks still running see it
         found = self._ours()
         kept = self.target.remove(found)
         self.removed = [name for name in found if name not in kept]
@@ -325,6 +339,8 @@ class _TaskShards:
         if self.writer is not None:
             self._finish_shard()
         self._cleanup_local()
+        if self.sink.target.exists(self.sink.failed_marker):  # the write failed meanwhile
+            self.sink.target.remove(name for name, *_ in self.done)
         return {"task": self.task, "fields": list(self.fields or ()), "shards": self.done}
 
     def discard(self) -> None:
