@@ -13,7 +13,7 @@ from typing import Any
 import zstandard
 
 from .container import FRAME_SIZE, Header, align_up
-from .salvage import scan_tail
+from .salvage import Salvage, scan_tail, side_file
 from .zframe import FrameError, check_frame, decompress_into, frame_checksum
 
 SALVAGE_EXPANSION = 64  # recovery decompresses at most this much per byte of compressed tail
@@ -66,3 +66,14 @@ def salvage_frames(
         keep = physical_end
     found = [f for f in found if f[0] + FRAME_SIZE + f[1] <= logical_end]
     return found, keep, kept
+
+
+def tail_salvage(
+    path: str, fd: int, records: int, found: list, committed_end: int, keep: int, size: int
+) -> Salvage | None:
+    """What an append found after the last commit (None: nothing): the records kept, and
+    the bytes cut off from ``keep`` on, saved to a side file first."""
+    if size <= committed_end:
+        return None
+    side = side_file(path, fd, keep, size) if size > keep else None
+    return Salvage(records, len(found), size - committed_end, size - keep, side)

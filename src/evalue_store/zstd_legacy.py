@@ -19,7 +19,6 @@ from .byteio import FdReader
 from .container import ENTRY, MAGIC, Commit, Header, open_container, parse_footer_at
 from .errors import FormatError
 from .plain import pwrite_all
-from .salvage import Salvage, side_file
 from .seekable import (
     EMPTY_CHECKSUM,
     MAX_FRAME_DECOMPRESSED_SIZE,
@@ -44,7 +43,7 @@ from .zframe import (
     new_compressor,
     new_decompressor,
 )
-from .zsalvage import salvage_frames
+from .zsalvage import salvage_frames, tail_salvage
 
 DICT_FRAME_MAGIC = 0x184D2A5D  # skippable frame holding the zstd dictionary (first frame)
 DICT_MAGIC = SKIPPABLE_HEADER.pack(DICT_FRAME_MAGIC, 0)[:4]  # its magic's bytes
@@ -445,18 +444,9 @@ class ZstdFile:
                 frames[2].append(checksum)
             self.frames = frames
             self.logical_end = source.size + sum(d for _, d, _ in kept)
-            side = None
-            if size > self.keep:
-                side = side_file(path, fd, self.keep, size)
-            self.salvage = None
-            if size > table.end:
-                self.salvage = Salvage(
-                    self.commit.record_count,
-                    len(self.found),
-                    size - table.end,
-                    size - self.keep,
-                    side,
-                )
+            self.salvage = tail_salvage(
+                path, fd, self.commit.record_count, self.found, table.end, self.keep, size
+            )
         finally:
             source.close()
 

@@ -26,9 +26,8 @@ from .container import (
 )
 from .errors import FormatError
 from .plain import pwrite_all
-from .salvage import Salvage, side_file
 from .zframe import FrameError, check_frame, decompress_into, new_compressor, new_decompressor
-from .zsalvage import salvage_frames
+from .zsalvage import salvage_frames, tail_salvage
 from .zstd_layout import (
     LOCATOR_DTYPE,
     SPAN_UNKNOWN,
@@ -309,18 +308,9 @@ class ZstdFile:
                 frames=[(c, d) for c, d, _ in kept],
                 old_block=block,
             )
-            side = None
-            if size > self.keep:
-                side = side_file(path, fd, self.keep, size)
-            self.salvage = None
-            if size > block.end:
-                self.salvage = Salvage(
-                    self.commit.record_count,
-                    len(self.found),
-                    size - block.end,
-                    size - self.keep,
-                    side,
-                )
+            self.salvage = tail_salvage(
+                path, fd, self.commit.record_count, self.found, block.end, self.keep, size
+            )
         finally:
             source.close()
 
