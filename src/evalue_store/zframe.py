@@ -207,3 +207,61 @@ def frame_extent(frame: Any) -> int | None:
         return check_frame(frame, 1 << 62, exact=False)[0]
     except FrameError:
         return None
+
+
+BIG_FRAME_SIZE = 1 << 20  # a record bigger than a frame is cut into frames of this size
+
+
+class FrameCutter:
+    """What both zstd sinks share: the logical bytes of the frame being built (``pending``),
+    cut into frames at ``split`` bytes and at block starts. ``_emit`` (each sink's own)
+    compresses ``pending`` into the file and empties it."""
+
+    def __init__(self, logical_pos: int, frame_size: int):
+        self.pos = logical_pos  # logical end, the open frame included
+        self.frame_size = frame_size
+        self.pending = bytearray()  # logical bytes of the frame being built
+        self.split = frame_size
+
+    def _emit(self) -> None:
+        raise NotImplementedError
+
+    def write(self, data: Any, size: int) -> None:
+        view = memoryview(data).cast("B")
+        limit = self.split
+        while view:
+            piece = view[: limit - len(self.pending)]
+            self.pending += piece
+            self.pos += len(piece)  # as it goes: a failed _emit leaves pos matching pending
+            view = view[len(piece) :]
+            if len(self.pending) >= limit:
+                self._emit()
+
+    def begin_block(self, size: int, granule: int = 0) -> None:
+        """Start a new frame before a block that would not fit in the current one.
+
+        A block bigger than a frame gets frames of its own: a record's of up to
+        BIG_FRAME_SIZE bytes (a big tensor decompresses in few calls), an index segment's
+        (``granule`` = entry size) of at most frame_size bytes cut between entries, so
+        that looking up one entry decompresses one small frame.
+        """
+        if self.pending and len(self.pending) + size > self.frame_size:
+            self._emit()
+        if granule:
+            self.split = max(granule, self.frame_size - self.frame_size % granule)
+        else:
+            self.split = max(self.frame_size, BIG_FRAME_SIZE)
+
+    def flush(self) -> None:
+        if self.pending:
+            self._emit()
+
+    def rewind(self, pos: int) -> bool:
+        """As PlainSink.rewind, when ``pos`` is in the open frame; False when bytes after it
+        were already compressed into written frames (the writer then cannot go on)."""
+        pending_from = self.pos - len(self.pending)
+        if pos < pending_from:
+            return False
+        del self.pending[pos - pending_from :]
+        self.pos = pos
+        return True

@@ -33,6 +33,7 @@ from .seekable import (
 from .zframe import (
     MAGIC_NUMBER,
     SKIPPABLE_HEADER,
+    FrameCutter,
     FrameError,
     aligned_bytes,
     aligned_empty,
@@ -47,7 +48,6 @@ from .zsalvage import salvage_frames, tail_salvage
 
 DICT_FRAME_MAGIC = 0x184D2A5D  # skippable frame holding the zstd dictionary (first frame)
 DICT_MAGIC = SKIPPABLE_HEADER.pack(DICT_FRAME_MAGIC, 0)[:4]  # its magic's bytes
-BIG_FRAME_SIZE = 1 << 20
 MAX_FRAME_SIZE = 64 << 20
 MAX_DICT_SIZE = 1 << 20
 SMALL_FRAME = 64 << 10  # frames up to this size take the short decompression path
@@ -281,7 +281,7 @@ class ZstdSource:
         self.reader.close()
 
 
-class ZstdSink:
+class ZstdSink(FrameCutter):
     """Compresses the logical bytes into zstd frames and ends each commit with a seek table.
 
     ``frames`` are (compressed size, decompressed size, checksum) of every frame already in
@@ -299,46 +299,16 @@ class ZstdSink:
         frame_size: int,
         dictionary: bytes | None,
     ):
+        super().__init__(logical_pos, frame_size)
         self.fd = fd
         self.physical = physical_pos
-        self.pos = logical_pos
         self.csizes, self.dsizes, self.checksums = (list(x) for x in frames)
-        self.frame_size = frame_size
         self.dictionary = dictionary
         dict_data = zstandard.ZstdCompressionDict(dictionary) if dictionary else None
         self.cctx = new_compressor(level, dict_data)
         self.dctx = new_decompressor(dict_data)
-        self.pending = bytearray()  # logical bytes of the frame being built
-        self.split = frame_size
         self.marker: tuple[int, bytes] | None = None  # as PlainSink.marker: the seek table
         self._offsets: tuple[list[int], list[int]] = ([0], [0])  # frames' file, logical starts
-
-    def write(self, data: Any, size: int) -> None:
-        view = memoryview(data).cast("B")
-        limit = self.split
-        while view:
-            room = limit - len(self.pending)
-            piece = view[:room]
-            self.pending += piece
-            self.pos += len(piece)  # as it goes: a failed _emit leaves pos matching pending
-            view = view[room:]
-            if len(self.pending) >= limit:
-                self._emit()
-
-    def begin_block(self, size: int, granule: int = 0) -> None:
-        """Start a new frame before a block that would not fit in the current one.
-
-        A block bigger than a frame gets frames of its own: a record's of up to
-        BIG_FRAME_SIZE bytes (a big tensor decompresses in few calls), an index segment's
-        (``granule`` = entry size) of at most frame_size bytes cut between entries, so
-        that looking up one entry decompresses one small frame.
-        """
-        if self.pending and len(self.pending) + size > self.frame_size:
-            self._emit()
-        if granule:
-            self.split = max(granule, self.frame_size - self.frame_size % granule)
-        else:
-            self.split = max(self.frame_size, BIG_FRAME_SIZE)
 
     def _emit(self) -> None:
         frame = self.cctx.compress(self.pending)
@@ -349,20 +319,6 @@ class ZstdSink:
         self.dsizes.append(len(self.pending))
         self.checksums.append(checksum)
         self.pending = bytearray()
-
-    def flush(self) -> None:
-        if self.pending:
-            self._emit()
-
-    def rewind(self, pos: int) -> bool:
-        """As PlainSink.rewind, when ``pos`` is in the open frame; False when bytes after it
-        were already compressed into written frames (the writer then cannot go on)."""
-        pending_from = self.pos - len(self.pending)
-        if pos < pending_from:
-            return False
-        del self.pending[pos - pending_from :]
-        self.pos = pos
-        return True
 
     def end_commit(self, footer: bytes, sync: Any) -> None:
         """Close the frame holding the footer, make it durable (``sync``), then write the

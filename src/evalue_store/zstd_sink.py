@@ -26,7 +26,14 @@ from .container import (
 )
 from .errors import FormatError
 from .plain import pwrite_all
-from .zframe import FrameError, check_frame, decompress_into, new_compressor, new_decompressor
+from .zframe import (
+    FrameCutter,
+    FrameError,
+    check_frame,
+    decompress_into,
+    new_compressor,
+    new_decompressor,
+)
 from .zsalvage import salvage_frames, tail_salvage
 from .zstd_layout import (
     LOCATOR_DTYPE,
@@ -41,7 +48,6 @@ from .zstd_layout import (
 )
 from .zstd_source import ZstdSource
 
-BIG_FRAME_SIZE = 1 << 20
 MAX_FRAME_SIZE = 64 << 20
 NO_EXTENT = Extent(0, 0, 0)
 
@@ -63,7 +69,7 @@ class GroupState:
     old_block: Any = None  # the last index block on disk: the frame map of older bytes
 
 
-class ZstdSink:
+class ZstdSink(FrameCutter):
     """Compresses the logical bytes into zstd frames and ends each commit with a group's
     run, map and index block."""
 
@@ -76,16 +82,13 @@ class ZstdSink:
         frame_size: int,
         dictionary: bytes | None,
     ):
+        super().__init__(state.logical, frame_size)
         self.fd = fd
         self.state = state
         self.physical = state.physical
-        self.pos = state.logical
-        self.frame_size = frame_size
         dict_data = zstandard.ZstdCompressionDict(dictionary) if dictionary else None
         self.cctx = new_compressor(level, dict_data)
         self.dctx = new_decompressor(dict_data)
-        self.pending = bytearray()
-        self.split = frame_size
         self.marker: tuple[int, bytes] | None = None  # as PlainSink.marker: the index block
         self._group_start = state.physical - sum(c for c, _ in state.frames)
         self._group_logical = state.logical - sum(d for _, d in state.frames)
@@ -106,28 +109,6 @@ class ZstdSink:
         self._flog.append(logical)
         self._fsize.append(csize)
 
-    def write(self, data: Any, size: int) -> None:
-        view = memoryview(data).cast("B")
-        limit = self.split
-        while view:
-            piece = view[: limit - len(self.pending)]
-            self.pending += piece
-            self.pos += len(piece)  # as it goes: a failed _emit leaves pos matching pending
-            view = view[len(piece) :]
-            if len(self.pending) >= limit:
-                self._emit()
-
-    def begin_block(self, size: int, granule: int = 0) -> None:
-        """Start a new frame before a block that would not fit in the current one. A block
-        bigger than a frame gets frames of its own: a record's of up to BIG_FRAME_SIZE
-        bytes, an index segment's of frame_size bytes cut between entries."""
-        if self.pending and len(self.pending) + size > self.frame_size:
-            self._emit()
-        if granule:
-            self.split = max(granule, self.frame_size - self.frame_size % granule)
-        else:
-            self.split = max(self.frame_size, BIG_FRAME_SIZE)
-
     def _emit(self) -> None:
         frame = self.cctx.compress(self.pending)
         pwrite_all(self.fd, memoryview(frame), self.physical)
@@ -139,20 +120,6 @@ class ZstdSink:
         self.state.frames.append((len(frame), len(self.pending)))
         self.state.largest = max(self.state.largest, len(self.pending))
         self.pending = bytearray()
-
-    def flush(self) -> None:
-        if self.pending:
-            self._emit()
-
-    def rewind(self, pos: int) -> bool:
-        """As PlainSink.rewind, when ``pos`` is in the open frame; False when bytes after it
-        were already compressed into written frames (the writer then cannot go on)."""
-        pending_from = self.pos - len(self.pending)
-        if pos < pending_from:
-            return False
-        del self.pending[pos - pending_from :]
-        self.pos = pos
-        return True
 
     @property
     def physical_end(self) -> int:
