@@ -17,10 +17,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from . import __version__, remote
-from .codec import check_payload, encode_record, realign_payload, value_count
-from .columns import append_columns
-from .container import (
+from .. import __version__
+from ..codec import check_payload, encode_record, realign_payload, value_count
+from ..container import (
     DEFAULT_ALIGNMENT,
     DEFAULT_VERSION,
     ENTRY,
@@ -40,9 +39,8 @@ from .container import (
     valid_alignment,
     version_flags,
 )
-from .errors import ClosedError, EncodeError, FormatError
-from .fields import WriterFields
-from .files import (
+from ..errors import ClosedError, EncodeError, FormatError
+from ..files import (
     create_temp,
     fsync_dir,
     link_new,
@@ -51,9 +49,11 @@ from .files import (
     replace_locked,
     unlock,
 )
-from .physical import Restart, new_sink, open_for_append
-from .salvage import Salvage, side_file
-from .zstd import DEFAULT_FRAME_SIZE, MAX_FRAME_SIZE
+from ..physical import Restart, new_sink, open_for_append, remote
+from ..physical.salvage import Salvage, side_file
+from ..physical.zstd import DEFAULT_FRAME_SIZE, MAX_FRAME_SIZE
+from .columns import append_columns
+from .fields import WriterFields
 
 MERGE_FANOUT = 4  # merge the newest index segments when this many share a level
 MIN_FRAME_SIZE = 256  # below this, per-frame overhead outweighs the record; 1 record per frame
@@ -138,7 +138,7 @@ class Writer(WriterFields):
     def __new__(cls, path: str | os.PathLike = "", *args: Any, **kwargs: Any) -> Writer:
         # A URL or a filesystem: the remote writer (stages locally, uploads on close).
         if cls is Writer and (remote.is_url(path) or kwargs.get("filesystem") is not None):
-            from .remote_shards import RemoteWriter
+            from ..shards.remote import RemoteWriter
 
             return super().__new__(RemoteWriter)
         return super().__new__(cls)
@@ -419,7 +419,7 @@ class Writer(WriterFields):
     def extend_columns(self, columns: Mapping[Any, Any]) -> range:
         """Append N records given as columns, ``{field name or position: column}``: an
         array [N, ...] (a tensor per record), a 1-D int / float / bool array (an Int /
-        Double / Bool per record) or a list of N values; see ``evalue_store.columns``.
+        Double / Bool per record) or a list of N values; see ``evalue_store.dataset.columns``.
         Returns the new records' indices. The file is byte for byte what appending the
         rows one by one writes; all N are appended or, on an error, none.
         """

@@ -9,11 +9,10 @@ from typing import Any
 
 import numpy as np
 
-from . import batch, bounded, indexing, remote, remote_cache
-from .batch import Batch, Out
-from .bounded import SHADOWED
-from .codec import compile_layout, decode_payload
-from .container import (
+from .. import bounded
+from ..bounded import SHADOWED
+from ..codec import compile_layout, decode_payload
+from ..container import (
     ENTRY,
     ENTRY_DTYPE,
     ENTRY_SIZE,
@@ -23,12 +22,14 @@ from .container import (
     check_frame,
     parse_metadata,
 )
-from .errors import CHECKSUM, LIMIT, OUT_OF_BOUNDS, ClosedError, FormatError
+from ..errors import CHECKSUM, LIMIT, OUT_OF_BOUNDS, ClosedError, FormatError
+from ..physical import open_source, remote, remote_cache
+from ..physical.zstd import DEFAULT_CACHE_BYTES, MAX_FRAME_SIZE
+from . import batch, indexing
+from .batch import Batch, Out
 from .fields import stored_names, to_dict
 from .indexing import Index
-from .physical import open_source
 from .verify import VerifyReport, verify_dataset
-from .zstd import DEFAULT_CACHE_BYTES, MAX_FRAME_SIZE
 
 MAX_LAYOUTS = 1024  # record structures remembered per reader (bounded: lengths may all differ)
 SCAN_CHUNK = 512  # index entries a scan decodes at a time
@@ -411,7 +412,7 @@ class Dataset:
 
     def __getitem__(self, index: Index) -> Any:
         """One record for an integer; a list of records for a slice, an integer array or a
-        boolean mask (numpy's rules, see ``evalue_store.indexing``)."""
+        boolean mask (numpy's rules, see ``evalue_store.dataset.indexing``)."""
         self._ensure_open()
         where = indexing.normalize(index, self._len)
         if isinstance(where, int):
@@ -434,7 +435,7 @@ class Dataset:
         tensors (pinned or shared memory is fine) of exactly [B, *shape] and the field's
         dtype: those fields are decoded straight into them, and they are what the batch
         holds. Every record is checked as ``ds[i]`` checks it. Stacked arrays are copies,
-        never views of the file. See ``evalue_store.batch``.
+        never views of the file. See ``evalue_store.dataset.batch``.
         """
         return batch.get_batch(self, indices, out)
 

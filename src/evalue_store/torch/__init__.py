@@ -31,10 +31,10 @@ except ModuleNotFoundError as exc:  # evalue_store itself never needs torch
 import torch.distributed as dist
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
-from . import batch, indexing
-from .buffers import private
-from .dtypes import BFLOAT16
-from .shards import ShardedDataset, Source, open_shards
+from ..buffers import private
+from ..dataset import batch, indexing
+from ..dtypes import BFLOAT16
+from ..shards import ShardedDataset, Source, open_shards
 
 STATE_VERSION = 1
 FETCH = 64  # records read per get_many in the iterable dataset
