@@ -1,42 +1,29 @@
-"""Reader: random access to committed records, tensors as zero-copy views."""
+"""Reader: random access to committed records, tensors as zero-copy views.
+
+This module opens a container at its last commit (local, remote or a cached copy of a
+remote one) and owns the dataset's lifecycle: refresh, close, pickling into workers. The
+reads themselves (index, records, batches, the scan) are ``records.Records``.
+"""
 
 from __future__ import annotations
 
-import bisect
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import Any
 
-import numpy as np
-
 from .. import bounded
-from ..bounded import SHADOWED
-from ..codec import compile_layout, decode_payload
-from ..container import (
-    ENTRY,
-    ENTRY_DTYPE,
-    ENTRY_SIZE,
-    FRAME_SIZE,
-    Commit,
-    Header,
-    check_frame,
-    parse_metadata,
-)
-from ..errors import CHECKSUM, LIMIT, OUT_OF_BOUNDS, ClosedError, FormatError
+from ..container import Commit, Header, parse_metadata
+from ..errors import ClosedError, FormatError
 from ..physical import open_source, remote, remote_cache
 from ..physical.zstd import DEFAULT_CACHE_BYTES, MAX_FRAME_SIZE
-from . import batch, indexing
-from .batch import Batch, Out
 from .fields import stored_names, to_dict
-from .indexing import Index
+from .records import Records
 from .verify import VerifyReport, verify_dataset
 
-MAX_LAYOUTS = 1024  # record structures remembered per reader (bounded: lengths may all differ)
-SCAN_CHUNK = 512  # index entries a scan decodes at a time
 OPEN_ATTEMPTS = 5  # opens retried while a writer changes the file's tail underneath
 
 
-class Dataset:
+class Dataset(Records):
     """Read-only view of a container's last commit. Build it with ``evalue_store.open``.
 
     Pickling sends only the path and options; the copy reopens lazily on first use, which is
@@ -283,302 +270,6 @@ class Dataset:
         if self._len is None:
             self._ensure_open()
         return self._len
-
-    # ------------------------------------------------------------------ index
-
-    def _entry_at(self, i: int) -> int:
-        k = 0 if len(self._starts) == 1 else bisect.bisect_right(self._starts, i) - 1
-        return self._segments[k].offset + (i - self._starts[k]) * ENTRY_SIZE
-
-    def _entry_of(self, i: int) -> tuple[int, int, int, int]:
-        """Record ``i``'s index entry as stored (the source may find it without reading the
-        index: a compressed file's locators)."""
-        return self._source.entry(self._entry_at(i), i)
-
-    def _entry(self, i: int) -> tuple[int, int, int]:
-        offset, length, crc, reserved = self._entry_of(i)
-        if reserved:
-            at = self._entry_at(i)
-            raise FormatError(f"index entry of record {i} has reserved bits set", at, self.path)
-        return offset, length, crc
-
-    def entries(self) -> np.ndarray:
-        """The whole index as one structured array (offset, length, crc, reserved).
-
-        Each segment is a zero-copy view; with several segments they are concatenated.
-        """
-        self._ensure_open()
-        parts = [self._segment_array(seg) for seg in self._segments]
-        if not parts:
-            return np.zeros(0, ENTRY_DTYPE)
-        return parts[0] if len(parts) == 1 else np.concatenate(parts)
-
-    def iter_entries(self) -> Iterator[np.ndarray]:
-        """``entries()`` in pieces of at most 1 MiB (a compressed index can exceed memory)."""
-        self._ensure_open()
-        for seg in self._segments:
-            for _, entries in bounded.index_chunks(self._source.read, seg):
-                yield entries
-
-    def _segment_array(self, seg: Any) -> np.ndarray:
-        raw = self._source.read(seg.offset, seg.count * ENTRY_SIZE)
-        return np.frombuffer(raw, ENTRY_DTYPE, seg.count)
-
-    # ------------------------------------------------------------------ records
-
-    def _record(self, i: int) -> list:
-        return self._read(i, *self._entry(i))
-
-    def _check_entry(self, i: int, offset: int, length: int) -> None:
-        place = dict(path=self.path, record=i, offset_in=self._offsets_in)
-        if offset % self.header.alignment or offset < self.header.data_start:
-            raise FormatError(f"bad offset {offset}", offset, code=OUT_OF_BOUNDS, **place)
-        if length > self.commit.end - offset - FRAME_SIZE:
-            raise FormatError("runs past the committed end", offset, code=OUT_OF_BOUNDS, **place)
-        if self.max_record_bytes is not None and length > self.max_record_bytes:
-            reason = f"{length} bytes, over max_record_bytes={self.max_record_bytes}"
-            raise FormatError(reason, offset, code=LIMIT, **place)
-
-    def raw(self, index: int) -> memoryview:
-        """Record ``index`` as stored: its payload bytes (docs/FORMAT.md section 4), as a
-        read-only view valid while the dataset is open.
-
-        Checked: the frame header must match the index entry and, with ``verify``, the
-        checksum the payload (the values are not decoded; ``Writer.append_raw`` checks
-        them). ``Writer.append_raw(ds.raw(i), ds.alignment)`` copies a record exactly,
-        which decoding and re-encoding cannot always do.
-        """
-        self._ensure_open()
-        i = indexing.scalar(index, self._len)
-        offset, length, crc = self._entry(i)
-        self._check_entry(i, offset, length)
-        buf, pos = self._source.frame(offset, FRAME_SIZE + length)
-        try:
-            check_frame(bytes(buf[pos : pos + FRAME_SIZE]), offset, self.commit.end, length, crc)
-            payload = memoryview(buf).cast("B")[pos + FRAME_SIZE : pos + FRAME_SIZE + length]
-            if self._crc_on_read and self._checksum(payload) != crc:
-                raise FormatError("record checksum mismatch", offset, code=CHECKSUM)
-        except FormatError as exc:
-            raise exc.at(path=self.path, record=i, offset_in=self._offsets_in) from None
-        return payload.toreadonly()
-
-    def _read(self, i: int, offset: int, length: int, crc: int) -> list:
-        """Record ``i`` given its index entry."""
-        align = self.header.alignment
-        limit = self.max_record_bytes
-        if (
-            offset % align
-            or offset < self.header.data_start
-            or length > self.commit.end - offset - FRAME_SIZE
-            or (limit is not None and length > limit)
-        ):
-            self._check_entry(i, offset, length)  # raises, saying which rule failed
-        buf, pos = self._source.frame(offset, FRAME_SIZE + length)
-        try:
-            if self._crc_on_read:
-                payload = memoryview(buf)[pos + FRAME_SIZE : pos + FRAME_SIZE + length]
-                if self._checksum(payload) != crc:  # first: does the frame disagree with its entry?
-                    head = bytes(buf[pos : pos + FRAME_SIZE])
-                    check_frame(head, offset, self.commit.end, length, crc)
-                    raise FormatError("record checksum mismatch", offset, code=CHECKSUM)
-            layout = self._layouts.get(length)
-            if layout is not None:
-                values = layout.decode(buf, pos, crc)  # checks the frame header too
-                if values is not None:
-                    return values
-            check_frame(bytes(buf[pos : pos + FRAME_SIZE]), offset, self.commit.end, length, crc)
-            try:
-                values = decode_payload(buf, pos, length, align)
-            except FormatError as exc:  # its offsets are positions in buf: make them the file's
-                raise exc.at(shift=offset - pos) from None
-        except FormatError as exc:
-            raise exc.at(path=self.path, record=i, offset_in=self._offsets_in) from None
-        self._learn_layout(buf, pos, length)
-        return values
-
-    def _learn_layout(self, buf: Any, pos: int, length: int) -> None:
-        """Compile a Layout for a record length seen twice (a repeating structure)."""
-        if length in self._layouts or length not in self._lengths_seen:
-            if len(self._lengths_seen) > MAX_LAYOUTS:
-                self._lengths_seen.clear()
-            self._lengths_seen.add(length)
-            return
-        self._remember_layout(length, compile_layout(buf, pos, length, self.header.alignment))
-
-    def _remember_layout(self, length: int, layout: Any) -> None:
-        if len(self._layouts) > MAX_LAYOUTS:
-            self._layouts.clear()
-        self._layouts[length] = layout
-
-    def __getitem__(self, index: Index) -> Any:
-        """One record for an integer; a list of records for a slice, an integer array or a
-        boolean mask (numpy's rules, see ``evalue_store.dataset.indexing``)."""
-        self._ensure_open()
-        where = indexing.normalize(index, self._len)
-        if isinstance(where, int):
-            record = self._record(where)
-            return to_dict(record, self._dict_names()) if self.as_dict else record
-        if isinstance(where, range):
-            records = [self._record(i) for i in where]
-        else:
-            records = self._get_positions(where.tolist())
-        return self._named(records) if self.as_dict else records
-
-    def get_batch(self, indices: Sequence[int] | np.ndarray, *, out: Out = None) -> Batch:
-        """Records ``indices`` (as ``get_many`` takes them) as one batch: a dict by field
-        name when the file names its fields, else a list by position, of one value per
-        field. A Tensor field of one dtype and shape across the batch is one stacked
-        array [B, *shape]; an Int / Double / Bool field a 1-D int64 / float64 / bool array;
-        any other field a list of B values.
-
-        ``out`` maps field names (or positions) to C-contiguous numpy arrays or CPU torch
-        tensors (pinned or shared memory is fine) of exactly [B, *shape] and the field's
-        dtype: those fields are decoded straight into them, and they are what the batch
-        holds. Every record is checked as ``ds[i]`` checks it. Stacked arrays are copies,
-        never views of the file. See ``evalue_store.dataset.batch``.
-        """
-        return batch.get_batch(self, indices, out)
-
-    def get_many(self, indices: Sequence[int] | np.ndarray) -> list[list]:
-        """Records for a list of indices (or a boolean mask), in the order given.
-
-        They are read in file order, so a compressed file decompresses each frame once
-        per batch and a plain one reads forward.
-        """
-        self._ensure_open()
-        records = self._get_positions(indexing.many(indices, self._len).tolist())
-        return self._named(records) if self.as_dict else records
-
-    def _get_positions(self, positions: list[int]) -> list[list]:
-        wanted = sorted(zip(positions, range(len(positions))))
-        pin = getattr(self._source, "pin", None)  # a remote source fetches a batch at once
-        if pin is not None:
-            pin([(self._entry_at(i), ENTRY_SIZE) for i, _ in wanted], index=True)
-        entries = [self._entry(i) for i, _ in wanted]  # all index lookups, then all records
-        if pin is not None:
-            pin([(o, FRAME_SIZE + n) for o, n, _ in entries if self._plausible(o, n)])
-        result: list = [None] * len(wanted)
-        try:
-            for (i, k), entry in zip(wanted, entries):
-                result[k] = self._read(i, *entry)
-        finally:
-            if pin is not None:
-                self._source.unpin()
-        return result
-
-    def _plausible(self, offset: int, length: int) -> bool:
-        """An entry whose frame lies within the commit and the record limit (worth fetching
-        ahead; ``_read`` reports any other)."""
-        limit = self.max_record_bytes
-        return (
-            offset >= self.header.data_start
-            and length <= self.commit.end - offset - FRAME_SIZE
-            and (limit is None or length <= limit)
-        )
-
-    def __iter__(self) -> Iterator[list]:
-        self._ensure_open()
-        if self._source.mapped is not None:
-            records = self._scan_mapped()
-        else:
-            records = self._scan_by_chunks()
-        if self.as_dict:
-            names = self._dict_names()
-            records = (to_dict(r, names) for r in records)
-        for record in records:
-            yield record
-            if self._source is None:  # closed during the scan: records handed out stay valid
-                raise ClosedError(f"{self.path}: dataset is closed")
-
-    def _shadow_check(self, chunk: np.ndarray, reach: int) -> tuple[int, int]:
-        """(records of ``chunk`` before the first that overlaps an earlier one, new reach)."""
-        masked, reach = bounded.shadowed(chunk, reach, self.header.data_start, self.commit.end)
-        return (int(masked.argmax()) if masked.any() else len(chunk)), reach
-
-    def _scan_mapped(self) -> Iterator[list]:
-        first = reach = 0
-        for seg in self._segments:
-            entries = self._segment_array(seg)
-            for lo in range(0, seg.count, SCAN_CHUNK):
-                chunk = entries[lo : lo + SCAN_CHUNK]
-                good, reach = self._shadow_check(chunk, reach)
-                if good < len(chunk):
-                    yield from (self._record(i) for i in range(first + lo, first + lo + good))
-                    at = int(chunk[good]["offset"])
-                    raise FormatError(SHADOWED, at, self.path, record=first + lo + good)
-                # Runs: records of one payload length, each frame right after the one before
-                # (as a writer appends them), so their frames are ``step`` bytes apart.
-                lengths, offsets = chunk["length"], chunk["offset"]
-                step = lengths + (FRAME_SIZE + self.header.alignment - 1)
-                step -= step % self.header.alignment
-                joined = (lengths[1:] == lengths[:-1]) & (offsets[1:] == offsets[:-1] + step[:-1])
-                bounds = [0, *(np.flatnonzero(~joined) + 1).tolist(), len(chunk)]
-                for a, b in zip(bounds[:-1], bounds[1:]):
-                    yield from self._scan_run(first + lo + a, chunk[a:b])
-            first += seg.count
-
-    def _scan_by_chunks(self) -> Iterator[list]:
-        """Every record in order, for a compressed or pread source: index entries are read
-        SCAN_CHUNK at a time instead of one lookup per record. A chunk that cannot be read,
-        or an entry with reserved bits, is read record by record by ``_record``, so that
-        errors name their record and the records before them are still yielded."""
-        first = reach = 0
-        for seg in self._segments:
-            for lo in range(0, seg.count, SCAN_CHUNK):
-                count = min(SCAN_CHUNK, seg.count - lo)
-                try:
-                    raw = self._source.read(seg.offset + lo * ENTRY_SIZE, count * ENTRY_SIZE)
-                except FormatError:
-                    for i in range(first + lo, first + lo + count):
-                        yield self._record(i)
-                    continue
-                good, reach = self._shadow_check(np.frombuffer(raw, ENTRY_DTYPE), reach)
-                for i, (offset, length, crc, reserved) in enumerate(
-                    ENTRY.iter_unpack(raw), first + lo
-                ):
-                    if i - first - lo == good:
-                        raise FormatError(SHADOWED, offset, self.path, record=i)
-                    yield self._record(i) if reserved else self._read(i, offset, length, crc)
-            first += seg.count
-
-    def _scan_run(self, first: int, entries: np.ndarray) -> Iterator[list]:
-        """Records ``first``, ``first + 1``... of a run: the same payload length, and frames
-        laid end to end from the first entry's offset (unless the index is damaged: any
-        record the run decoder cannot vouch for is read by ``_record``, which reports it)."""
-        offset, length, _, _ = entries[0].tolist()
-        count = len(entries)
-        k = 0
-        while k < count and length not in self._layouts:  # how a layout is learned
-            yield self._record(first + k)
-            k += 1
-        if k == count:
-            return
-        layout = self._layouts.get(length)
-        align = self.header.alignment
-        stride = (FRAME_SIZE + length + align - 1) // align * align
-        start = offset + k * stride
-        if (
-            layout is None
-            or entries["reserved"].any()
-            or offset % align
-            or offset < self.header.data_start
-            or start + (count - 1 - k) * stride + FRAME_SIZE + length > self.commit.end
-        ):
-            for j in range(k, count):
-                yield self._record(first + j)
-            return
-        buf = self._source.mapped
-        crcs = entries["crc"][k:]
-        records = layout.decode_run(buf, start, stride, count - k, crcs)
-        if self._crc_on_read:
-            at = start + FRAME_SIZE
-            checksum = self._checksum
-            for j, crc in enumerate(crcs.tolist()):
-                if checksum(buf[at : at + length]) != crc:
-                    records[j] = None
-                at += stride
-        for j, values in enumerate(records, k):
-            yield values if values is not None else self._record(first + j)
 
     # ------------------------------------------------------------------ checking
 
