@@ -346,6 +346,26 @@ def test_views_outlive_close_and_pickle_reopens(tmp_path):
         ds[0]
 
 
+@pytest.mark.parametrize("compression", [None, "zstd"])
+def test_pickled_datasets_load_in_a_fresh_interpreter(tmp_path, compression):
+    """A DataLoader or Ray worker is a new process that imports evalue_store and unpickles
+    what the parent pickled: the pickle names the classes by module path, which must import
+    there (a plain Dataset, and one inside a ShardedDataset)."""
+    path = tmp_path / "w.evs"
+    with evs.Writer(path, compression=compression) as w:
+        w.extend([[np.arange(i, i + 3), f"r{i}"] for i in range(5)])
+    blob = pickle.dumps([evs.open(path), evs.open_shards([path])])
+    code = textwrap.dedent(
+        """
+        import pickle, sys
+        ds, shards = pickle.loads(sys.stdin.buffer.read())
+        print(len(ds), ds[4][1], ds[4][0].tolist(), len(shards), shards[2][1])
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], input=blob, capture_output=True)
+    assert out.stdout.decode().split() == ["5", "r4", "[4,", "5,", "6]", "5", "r2"], out.stderr
+
+
 def test_open_is_constant_in_record_count(tmp_path):
     """Opening reads the header and the footer only: no per-record work."""
     path = tmp_path / "big.evs"
