@@ -331,3 +331,35 @@ def test_shards_of_both_versions_mix(tmp_path):
     with evs.open_shards(tmp_path / "s.manifest.json") as shards:
         assert [r[0] for r in shards] == list(range(9))
         assert all(shards.shard(k).verify().ok for k in range(3))
+
+
+def test_the_index_block_search_is_bounded_by_the_bytes_it_reads(tmp_path):
+    """FRAMES.md §8 rule 1: the backward search gives up once the candidate blocks it has
+    read in full (Block_Size bytes each) exceed 2 x file size + 1 MiB. It used to charge
+    each candidate 144 bytes whatever it read, so a tail of candidates claiming the largest
+    block (98,448 bytes, checksum wrong) made it read and hash about 680 x the file."""
+    import os
+
+    from evalue_store import byteio, zstd
+
+    path = tmp_path / "t.evs.zst"
+    with evs.Writer(path, compression="zstd") as w:
+        w.append([np.zeros(100_000, np.uint8)])  # room before the tail for big claims
+    largest = 144 + 24 * 4096
+    candidate = struct.pack("<II4s", 0, largest, b"EVZI")
+    with open(path, "ab") as f:
+        f.write(candidate * 20_000)
+
+    class Counting(byteio.FdReader):
+        read_bytes = 0
+
+        def pread(self, offset: int, n: int) -> bytes:
+            data = super().pread(offset, n)
+            Counting.read_bytes += len(data)
+            return data
+
+    fd = os.open(path, os.O_RDONLY)
+    size = os.fstat(fd).st_size
+    with pytest.raises(evs.FormatError, match="candidate index blocks"):
+        zstd.open_reader(Counting(fd, size, str(path), owns_fd=True))
+    assert Counting.read_bytes <= 4 * size + (4 << 20)
