@@ -1,4 +1,4 @@
-"""Writer: appends records to a container and commits them (docs/FORMAT.md, "Commit protocol")."""
+"""Writer: appends records to a container and commits them (docs/FORMAT.md §11)."""
 
 from __future__ import annotations
 
@@ -479,7 +479,7 @@ class Writer(WriterFields):
             self._commit_now()
 
     def _commit_now(self) -> None:
-        """The commit protocol (docs/FORMAT.md, "Commit protocol").
+        """The commit protocol (docs/FORMAT.md §11 rule 1).
 
         fsync orders nothing within the writes it covers: after a power cut, any subset of
         the pages written since the last fsync may have reached the disk. So everything the
