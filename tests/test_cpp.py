@@ -297,6 +297,21 @@ def test_hostile_footers_segments_entries_and_dims_are_refused_like_python(asan,
     assert replace  # dataclasses.replace is what rewrite_footer re-signs with
 
 
+def test_metadata_nesting_bound_is_the_same(release, tmp_path):
+    """FORMAT.md section 7: metadata nests at most 512 deep, for both readers."""
+    from tests.test_spec_rules import nested_metadata, replace_metadata
+
+    paths = []
+    for depth in (512, 513):
+        path = tmp_path / f"n{depth}.evs"
+        with evs.Writer(path) as w:
+            w.append([1])
+        replace_metadata(path, json.dumps(nested_metadata(depth)).encode())
+        paths.append(path)
+    docs = assert_same(release, paths)
+    assert [isinstance(d["metadata"], dict) for d in docs] == [False, True]  # 513: an error
+
+
 def test_random_mutations_of_fixtures_read_like_python(asan, tmp_path):
     """Fixtures and seeds mutated (tests/test_hostile.py's operations), half of them
     re-signed (tools/fuzz.py's fix_checksums) so the damage reaches the inner parsers."""

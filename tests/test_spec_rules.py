@@ -3,6 +3,7 @@ by byte: every reader path agrees, and verify agrees with the readers."""
 
 from __future__ import annotations
 
+import json
 import struct
 from dataclasses import replace
 
@@ -473,3 +474,50 @@ def test_the_index_block_search_is_bounded_by_the_bytes_it_reads(tmp_path):
     with pytest.raises(evs.FormatError, match="candidate index blocks"):
         zstd.open_reader(Counting(fd, size, str(path), owns_fd=True))
     assert Counting.read_bytes <= 4 * size + (4 << 20)
+
+
+def nested_metadata(depth: int) -> dict:
+    """An object nesting arrays and objects ``depth`` deep, the object itself counting 1."""
+    value: object = 1
+    for k in range(depth - 1):
+        value = [value] if k % 2 else {"k": value}
+    return {"top": value}
+
+
+def replace_metadata(path, text: bytes) -> None:
+    """Rewrite the last commit of the plain file at ``path`` so that its metadata block is
+    ``text``, as is (checksums valid): what no writer would write."""
+    with evs.open(path) as ds:
+        commit, header = ds.commit, ds.header
+    data = bytearray(path.read_bytes())
+    block = text + bytes(-len(text) % header.alignment)
+    at = commit.footer_offset
+    data[at:] = block
+    changed = replace(
+        commit,
+        footer_offset=at + len(block),
+        metadata_offset=at,
+        metadata_length=len(text),
+        metadata_crc=header.checksum(text),
+    )
+    data += encode_footer(changed.footer_offset, header.file_id, changed, header.checksum)
+    path.write_bytes(data)
+
+
+def test_metadata_nests_at_most_512_deep_for_writers_and_readers(tmp_path):
+    """FORMAT.md §7 rule 2: arrays and objects nest at most 512 deep (the top object is 1).
+    The bound used to be wherever the interpreter's recursion limit fell (about 990, less
+    when called from deep in a stack), and 1000 for the C++ reader."""
+    path = tmp_path / "m.evs"
+    with evs.Writer(path, metadata=nested_metadata(512)) as w:
+        w.append([1])
+    with evs.open(path) as ds:
+        assert ds.metadata == nested_metadata(512) and ds.verify().ok
+    with pytest.raises(evs.EncodeError, match="deeper than 512"):
+        evs.Writer(tmp_path / "deep.evs", metadata=nested_metadata(513))
+    replace_metadata(path, json.dumps(nested_metadata(513)).encode())
+    with evs.open(path) as ds:
+        assert ds[0] == [1]
+        with pytest.raises(evs.FormatError, match="deeper than 512"):
+            _ = ds.metadata
+        assert any("deeper than 512" in p for p in ds.verify().problems)

@@ -29,6 +29,7 @@ from .container import (
     FRAME_MAGIC,
     FRAME_SIZE,
     MAX_METADATA,
+    MAX_METADATA_DEPTH,
     Commit,
     Segment,
     checksum_function,
@@ -36,6 +37,7 @@ from .container import (
     empty_commit,
     encode_footer,
     encode_header,
+    json_depth,
     new_file_id,
     valid_alignment,
     version_flags,
@@ -66,11 +68,13 @@ def _encode_metadata(metadata: dict | None) -> bytes:
         raise EncodeError("metadata must be a dict of JSON values")
     try:
         data = json.dumps(metadata, ensure_ascii=False, allow_nan=False).encode("utf-8")
-        json.loads(data, parse_int=double_int)  # as a reader will: no integer beyond a double
+        parsed = json.loads(data, parse_int=double_int)  # as a reader will: no huge integer
     except (TypeError, ValueError) as exc:
         raise EncodeError(f"metadata is not JSON-serializable: {exc}") from None
     except RecursionError:
-        raise EncodeError("metadata is nested too deeply to be stored as JSON") from None
+        raise EncodeError(f"metadata nests deeper than {MAX_METADATA_DEPTH}") from None
+    if json_depth(parsed) > MAX_METADATA_DEPTH:
+        raise EncodeError(f"metadata nests deeper than {MAX_METADATA_DEPTH}")
     if len(data) > MAX_METADATA:
         raise EncodeError(f"metadata is {len(data)} bytes; the limit is {MAX_METADATA}")
     return data
