@@ -13,7 +13,7 @@ from typing import Any
 
 from .. import bounded
 from ..container import Commit, Header, parse_metadata
-from ..errors import ClosedError, FormatError
+from ..errors import CHECKSUM, ClosedError, FormatError
 from ..physical import open_source, remote, remote_cache
 from ..physical.zstd import DEFAULT_CACHE_BYTES, MAX_FRAME_SIZE
 from .fields import stored_names, to_dict
@@ -224,11 +224,13 @@ class Dataset(Records):
             else:
                 raw = bytes(self._source.read(c.metadata_offset, c.metadata_length))
                 if self._checksum(raw) != c.metadata_crc:
-                    raise FormatError("metadata checksum mismatch", c.metadata_offset, self.path)
+                    raise FormatError(
+                        "metadata checksum mismatch", c.metadata_offset, self.path, code=CHECKSUM
+                    )
                 try:
                     self._metadata = parse_metadata(raw, c.metadata_offset)
                 except FormatError as exc:
-                    raise FormatError(exc.reason, exc.offset, self.path) from None
+                    raise exc.at(path=self.path) from None
         return self._metadata
 
     @property

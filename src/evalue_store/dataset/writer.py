@@ -26,7 +26,7 @@ from ..container import (
     new_file_id,
     version_flags,
 )
-from ..errors import ClosedError, FormatError
+from ..errors import LIMIT, NOT_A_CONTAINER, ClosedError, FormatError
 from ..files import (
     create_temp,
     fsync_dir,
@@ -150,7 +150,12 @@ class Writer(WriterFields, Appending):
         try:
             st = os.fstat(self._fd)
             if not stat.S_ISREG(st.st_mode):
-                raise FormatError("not a regular file: cannot hold a container", None, self.path)
+                raise FormatError(
+                    "not a regular file: cannot hold a container",
+                    None,
+                    self.path,
+                    code=NOT_A_CONTAINER,
+                )
             size = st.st_size
             if size:
                 self._open_existing(size, metadata is not None, alignment)
@@ -230,7 +235,7 @@ class Writer(WriterFields, Appending):
             return
         if state.commit.number >= (1 << 64) - 1:  # a footer's u64 counter cannot go on
             reason = "commit number is at its 64-bit maximum: cannot commit again"
-            raise FormatError(reason, state.commit.footer_offset)
+            raise FormatError(reason, state.commit.footer_offset, code=LIMIT)
         self.alignment = state.header.alignment
         self.file_id = state.header.file_id
         self._use_flags(state.header.flags)  # an append keeps the file's version

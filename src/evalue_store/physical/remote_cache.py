@@ -15,7 +15,7 @@ import posixpath
 import tempfile
 from typing import Any
 
-from ..errors import FormatError
+from ..errors import CHANGED, FormatError
 from ..files import fsync_dir
 from .remote import RemoteReader, identity, stat
 
@@ -43,7 +43,7 @@ def local_copy(fs: Any, path: str, url: str, cache_dir: str) -> str:
     _download(reader, dest)
     if not _matches(dest, size, tail, reader):
         os.unlink(dest)
-        raise FormatError("object changed while it was being copied", None, url)
+        raise FormatError("object changed while it was being copied", None, url, code=CHANGED)
     return dest
 
 
