@@ -88,7 +88,7 @@ class Writer(WriterFields, Appending):
     def __new__(cls, path: str | os.PathLike = "", *args: Any, **kwargs: Any) -> Writer:
         # A URL or a filesystem: the remote writer (stages locally, uploads on close).
         if cls is Writer and (remote.is_url(path) or kwargs.get("filesystem") is not None):
-            from ..shards.remote import RemoteWriter
+            from ..shards.object_store import RemoteWriter
 
             return super().__new__(RemoteWriter)
         return super().__new__(cls)
