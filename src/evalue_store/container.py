@@ -94,6 +94,14 @@ def checksum_function(flags: int) -> Checksum:
     return crc32c if flags & FLAG_CRC32C else crc32
 
 
+def checksum_name(flags: int) -> str:
+    """The name reports give that checksum: a key of CHECKSUM_TITLES."""
+    return "crc32c" if flags & FLAG_CRC32C else "crc32"
+
+
+CHECKSUM_TITLES = {"crc32": "CRC-32", "crc32c": "CRC-32C"}  # as people write them
+
+
 def version_flags(version: str) -> int:
     """The header flags of a new file of format ``version`` ("1.0" or "1.1")."""
     if version not in VERSIONS:
@@ -117,6 +125,10 @@ class Header:
         """The file's checksum function, ``checksum(data, start=0)``: the one place every
         checksum of this file is computed with (bind it once on hot paths)."""
         return checksum_function(self.flags)
+
+    @property
+    def checksum_name(self) -> str:
+        return checksum_name(self.flags)
 
     @property
     def version(self) -> str:
