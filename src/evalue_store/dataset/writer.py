@@ -1,5 +1,5 @@
 """Writer: creates or opens a container for appending, holds its lock, and commits and
-closes it (docs/FORMAT.md, "Commit protocol"); the writes themselves are ``append``."""
+closes it (docs/FORMAT.md §11); the writes themselves are ``append``."""
 
 from __future__ import annotations
 
