@@ -6,7 +6,6 @@ FormatError naming the offset and the reason. All integers are little-endian.
 
 from __future__ import annotations
 
-import json
 import os
 import struct
 import zlib
@@ -43,7 +42,6 @@ DEFAULT_ALIGNMENT = 64
 MAX_WRITER_INFO = 1024
 MAX_SEGMENTS = 4096
 MAX_METADATA = 64 << 20
-MAX_METADATA_DEPTH = 512  # arrays and objects nested in metadata, the top object counting 1
 
 # header: magic, major, minor, flags, alignment, header_length, file_id, created_ns, writer_len
 HEADER_FIXED = struct.Struct("<8sHHIII16sQH")
@@ -236,57 +234,6 @@ def encode_footer(offset: int, file_id: bytes, commit: Commit, checksum: Checksu
     unsigned = TRAILER.pack(offset, length, 0, TRAILER_MAGIC)
     crc = checksum(unsigned[: TRAILER.size - TRAILER_UNCHECKED], checksum(body))
     return body + TRAILER.pack(offset, length, crc, TRAILER_MAGIC)
-
-
-def double_int(text: str) -> int:
-    """A JSON integer, refused (ValueError) when no double holds it (docs/FORMAT.md §7)."""
-    value = int(text)
-    try:
-        float(value)
-    except OverflowError:
-        raise ValueError(
-            f"the integer {text[:20]}... ({len(text)} digits) is too large for a double"
-        ) from None
-    return value
-
-
-def json_depth(value: Any) -> int:
-    """How deeply arrays and objects nest in a parsed JSON value (one of them alone is 1),
-    counted level by level without recursion."""
-    depth, level = 0, [value] if isinstance(value, (dict, list)) else []
-    while level:
-        depth += 1
-        level = [
-            item
-            for v in level
-            for item in (v.values() if isinstance(v, dict) else v)
-            if isinstance(item, (dict, list))
-        ]
-    return depth
-
-
-def parse_metadata(raw: bytes, offset: int) -> dict:
-    """The metadata block's JSON object (docs/FORMAT.md section 7), or FormatError.
-
-    It must be what a writer could have written: strict JSON (no NaN or Infinity, no number
-    beyond a double) whose strings are Unicode text (no lone surrogate, even escaped), so
-    that whatever reads it can also write it again (copy, compress, merge).
-    """
-    try:
-        value = json.loads(raw.decode("utf-8"), parse_int=double_int)
-    except (ValueError, RecursionError) as exc:
-        # RecursionError: hostile nesting ([[[[...) deeper than json can parse
-        raise FormatError(f"metadata is not JSON: {exc}", offset, code=METADATA) from None
-    try:
-        json.dumps(value, ensure_ascii=False, allow_nan=False).encode("utf-8")
-    except (ValueError, RecursionError) as exc:  # UnicodeEncodeError is a ValueError
-        reason = f"metadata is not strict JSON text (NaN, Infinity or a lone surrogate): {exc}"
-        raise FormatError(reason, offset, code=METADATA) from None
-    if not isinstance(value, dict):
-        raise FormatError("metadata is not a JSON object", offset, code=METADATA)
-    if json_depth(value) > MAX_METADATA_DEPTH:
-        raise FormatError(f"metadata nests deeper than {MAX_METADATA_DEPTH}", offset, code=LIMIT)
-    return value
 
 
 def empty_commit(data_start: int) -> Commit:

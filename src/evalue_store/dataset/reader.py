@@ -11,8 +11,9 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-from ..container import Commit, Header, parse_metadata
+from ..container import Commit, Header
 from ..errors import CHECKSUM, ClosedError, FormatError
+from ..metadata import parse_metadata
 from ..physical import open_file, reopen_name
 from ..physical.zstd import DEFAULT_CACHE_BYTES, MAX_FRAME_SIZE
 from .fields import stored_names, to_dict

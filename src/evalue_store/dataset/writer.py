@@ -36,10 +36,11 @@ from ..files import (
     replace_locked,
     unlock,
 )
+from ..metadata import encode_metadata
 from ..physical import Restart, new_sink, open_for_append, remote
 from ..physical.salvage import Salvage, side_file
 from ..physical.zstd import DEFAULT_FRAME_SIZE, MAX_FRAME_SIZE
-from .append import Appending, check_alignment, encode_metadata, serialized
+from .append import Appending, check_alignment, serialized
 from .fields import WriterFields
 
 MIN_FRAME_SIZE = 256  # below this, per-frame overhead outweighs the record; 1 record per frame
