@@ -33,7 +33,7 @@ from ..container import (
     find_last_commit,
     open_container,
 )
-from ..errors import FormatError
+from ..errors import TRUNCATED, FormatError
 from .salvage import Salvage, scan_tail, side_file
 
 CHUNK = 1 << 20  # bytes per piece of a sequential pass
@@ -131,7 +131,9 @@ class PreadSource(_PlainSource):
         while done < n:
             got = os.preadv(self.fd, [view[done:]], offset + done)
             if got <= 0:
-                raise FormatError(f"file ends early: wanted {n} bytes", offset + done)
+                raise FormatError(
+                    f"file ends early: wanted {n} bytes", offset + done, code=TRUNCATED
+                )
             done += got
         return view.toreadonly()  # arrays of it are read-only like a mapping's
 

@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ..container import Commit, Header, open_container
-from ..errors import TRUNCATED, Error, FormatError, RemoteError
+from ..errors import CHANGED, TRUNCATED, Error, FormatError, RemoteError
 from .plain import CHUNK, _PlainSource, aligned_buffer
 from .zstd import is_compressed, open_reader
 
@@ -185,7 +185,7 @@ class RemoteReader:
             f"object changed since it was opened: {got} bytes where {end - start} were asked",
             start + got,
             self.name,
-            code=TRUNCATED,
+            code=CHANGED,
         )
 
     def _fail(
@@ -207,7 +207,7 @@ class RemoteReader:
                 f"object changed since it was opened ({self.size} bytes, {size})",
                 rng[0],
                 self.name,
-                code=TRUNCATED,
+                code=CHANGED,
             ) from exc
         if isinstance(exc, PERMANENT):
             raise type(exc)(f"{self.name}: {exc}") from exc
@@ -373,13 +373,17 @@ class RemoteSource(_PlainSource):
         data = self._pinned.get((offset, n))
         if data is None:
             if offset < 0 or n < 0 or offset + n > self.size:
-                raise FormatError(f"file ends early: wanted {n} bytes", offset, self.name)
+                raise FormatError(
+                    f"file ends early: wanted {n} bytes", offset, self.name, code=TRUNCATED
+                )
             data = self.reader.pread(offset, n)
         return self._aligned(data, offset, n)
 
     def _aligned(self, data: bytes, offset: int, n: int) -> memoryview:
         if len(data) != n:
-            raise FormatError(f"file ends early: wanted {n} bytes", offset + len(data), self.name)
+            raise FormatError(
+                f"file ends early: wanted {n} bytes", offset + len(data), self.name, code=TRUNCATED
+            )
         view = memoryview(aligned_buffer(n, self.alignment))
         view[:] = data
         return view.toreadonly()  # arrays of it are read-only like a mapping's
