@@ -8,7 +8,9 @@ is fetched in one round of concurrent requests; faults are retried, then named.
 
 from __future__ import annotations
 
+import os
 import pickle
+import shutil
 import threading
 
 import numpy as np
@@ -203,6 +205,56 @@ def test_object_replaced_by_a_shorter_one_never_gives_wrong_data(s3, tmp_path):
     assert errors > 0
 
 
+def two_versions(tmp_path) -> tuple[str, str, int]:
+    """Two containers of the same size and layout whose records differ (field 1: 1 or 2),
+    in two commits, so that the first commit's index is not in the tail read at open."""
+    n = 6000
+    paths = []
+    for tag in (1, 2):
+        path = tmp_path / f"v{tag}.evs"
+        with evs.Writer(path) as w:
+            for c in range(2):
+                w.extend(
+                    [[np.full(8, i, np.int64), tag] for i in range(c * n // 2, (c + 1) * n // 2)]
+                )
+                w.commit()
+        paths.append(str(path))
+    assert os.path.getsize(paths[0]) == os.path.getsize(paths[1])
+    return paths[0], paths[1], n
+
+
+def reads_never_mix(ds, url: str, n: int) -> int:
+    """Read records of an object replaced since ``ds`` opened it: each read gives the opened
+    object's record or a FormatError naming the URL. Returns how many were errors."""
+    errors = 0
+    for i in (n // 2 - 1, 100, n - 1, 3, n // 3):
+        try:
+            got = ds[i]
+            assert got[1] == 1 and got[0].tolist() == [i] * 8
+        except evs.FormatError as exc:
+            assert url in str(exc) and "changed since it was opened" in str(exc)
+            errors += 1
+    try:
+        assert [r[1] for r in ds.get_many(list(range(0, n, 97)))] == [1] * len(range(0, n, 97))
+    except evs.FormatError as exc:
+        assert url in str(exc)
+        errors += 1
+    return errors
+
+
+def test_object_replaced_by_one_of_the_same_size_is_refused_never_mixed(s3, tmp_path):
+    old, new, n = two_versions(tmp_path)
+    fs = s3.fs()
+    fs.put_file(old, "bkt/same.evs")
+    url = "s3://bkt/same.evs"
+    ds = evs.open(url, storage_options=s3.options)
+    assert ds[n - 1][1] == 1
+    fs.put_file(new, "bkt/same.evs")
+    s3.log.clear()
+    assert reads_never_mix(ds, url, n) > 0
+    assert any(seen.status == 412 for seen in s3.log.gets())  # refused, not read and judged
+
+
 # ---------------------------------------------------------------------------- shards, writing
 
 
@@ -372,6 +424,41 @@ def test_http_through_nginx_ranged_reads(tmp_path):
         missing = f"{server.url}/nope.evs"
         with pytest.raises(FileNotFoundError, match="nope.evs"):
             evs.open(missing)
+
+
+@pytest.mark.skipif(not have_nginx(), reason="nginx is not installed (.ci/run installs it)")
+def test_http_object_replaced_by_one_of_the_same_size_is_refused_never_mixed(tmp_path):
+    pytest.importorskip("aiohttp")
+    old, new, n = two_versions(tmp_path)
+    root = tmp_path / "www"
+    root.mkdir()
+    shutil.copy(old, root / "d.evs")
+    (tmp_path / "nginx").mkdir()
+    with nginx(root, tmp_path / "nginx") as server:
+        url = f"{server.url}/d.evs"
+        ds = evs.open(url)
+        assert ds[n - 1][1] == 1
+        shutil.copy(new, root / "next.evs")
+        os.utime(root / "next.evs", (1e9, 1e9))  # nginx's ETag: modification second, size
+        os.replace(root / "next.evs", root / "d.evs")
+        server.clear()
+        assert reads_never_mix(ds, url, n) > 0
+        assert any(status == 412 for _, status, _, _ in server.requests())
+
+
+@pytest.mark.skipif(not have_nginx(), reason="nginx is not installed (.ci/run installs it)")
+def test_http_server_without_etag_reads_with_a_warning(tmp_path):
+    """Without an ETag no read can be conditional: open says so, and reads still work."""
+    pytest.importorskip("aiohttp")
+    root = tmp_path / "www"
+    root.mkdir()
+    write(root / "d.evs", 500)
+    (tmp_path / "nginx").mkdir()
+    with nginx(root, tmp_path / "nginx", "etag off;") as server:
+        url = f"{server.url}/d.evs"
+        with pytest.warns(UserWarning, match="no strong ETag.* records of both may be returned"):
+            ds = evs.open(url)
+        assert url in str(ds.path) and same(ds[499], record(499))
 
 
 def test_scan_fetches_ahead_instead_of_one_request_per_record(s3, tmp_path):
