@@ -8,9 +8,14 @@ is fetched in one round of concurrent requests; faults are retried, then named.
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import shutil
+import signal
+import subprocess
+import sys
+import textwrap
 import threading
 
 import numpy as np
@@ -307,6 +312,55 @@ def test_writer_to_a_url(s3):
     assert len(ds) == 30 and ds.metadata == {"k": 1} and same(ds[29], record(29))
     with pytest.raises(FileExistsError):
         evs.Writer(url, "x", storage_options=s3.options)
+
+
+def test_writer_to_a_url_commits_to_its_staging_file_until_close(s3, tmp_path):
+    """commit() on a URL writer makes records durable in the staging file it names
+    (``path``, named as the object); killed before close, the writer leaves no object and
+    that file holding every committed record. An abort keeps committed records: it
+    uploads them (and nothing when none were committed)."""
+    url = "s3://bkt/killed.evs"
+    script = textwrap.dedent(
+        f"""
+        import json, os, signal, sys
+        import evalue_store as evs
+        w = evs.Writer({url!r}, storage_options=json.loads(sys.argv[1]))
+        for i in range(100):
+            w.append([i])
+        w.commit()
+        w.append([-1])
+        print(w.path, flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+        """
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script, json.dumps(s3.options)], capture_output=True, text=True
+    )
+    staged = proc.stdout.strip()
+    assert proc.returncode == -signal.SIGKILL and staged, proc.stderr[-2000:]
+    assert os.path.basename(staged) == "killed.evs"
+    with pytest.raises(FileNotFoundError):
+        evs.open(url, storage_options=s3.options)
+    with evs.open(staged) as ds:
+        assert [r[0] for r in ds] == list(range(100))
+    shutil.rmtree(os.path.dirname(staged))
+    for name, commits in (("aborted.evs", True), ("nothing.evs", False)):
+        with (
+            pytest.raises(KeyError),
+            evs.Writer(f"s3://bkt/{name}", storage_options=s3.options) as w,
+        ):
+            w.extend([[i] for i in range(10)])
+            if commits:
+                w.commit()
+            w.append([-1])
+            raise KeyError("the job failed")
+        assert not os.path.exists(w.staging)
+        if commits:
+            assert [r[0] for r in evs.open(f"s3://bkt/{name}", storage_options=s3.options)] == list(
+                range(10)
+            )
+        else:
+            assert not s3.fs().exists(f"bkt/{name}")
 
 
 def test_cache_dir_copy_is_checked_and_reused(s3, tmp_path):
