@@ -210,21 +210,23 @@ def test_object_replaced_by_a_shorter_one_never_gives_wrong_data(s3, tmp_path):
     assert errors > 0
 
 
-def two_versions(tmp_path) -> tuple[str, str, int]:
-    """Two containers of the same size and layout whose records differ (field 1: 1 or 2),
-    in two commits, so that the first commit's index is not in the tail read at open."""
+def two_versions(tmp_path, compression: str | None = None) -> tuple[str, str, int]:
+    """Two containers of the same layout whose records differ (field 1: 1 or 2), in two
+    commits, so that the first commit's index is not in the tail read at open; plain ones
+    have the same size."""
     n = 6000
     paths = []
     for tag in (1, 2):
         path = tmp_path / f"v{tag}.evs"
-        with evs.Writer(path) as w:
+        noise = np.random.default_rng(tag).integers(0, 1 << 62, (n, 16))  # incompressible
+        with evs.Writer(path, compression=compression) as w:
             for c in range(2):
-                w.extend(
-                    [[np.full(8, i, np.int64), tag] for i in range(c * n // 2, (c + 1) * n // 2)]
-                )
+                part = range(c * n // 2, (c + 1) * n // 2)
+                w.extend([[np.full(8, i, np.int64), tag, noise[i]] for i in part])
                 w.commit()
         paths.append(str(path))
-    assert os.path.getsize(paths[0]) == os.path.getsize(paths[1])
+    if compression is None:
+        assert os.path.getsize(paths[0]) == os.path.getsize(paths[1])
     return paths[0], paths[1], n
 
 
@@ -247,14 +249,15 @@ def reads_never_mix(ds, url: str, n: int) -> int:
     return errors
 
 
-def test_object_replaced_by_one_of_the_same_size_is_refused_never_mixed(s3, tmp_path):
-    old, new, n = two_versions(tmp_path)
+@pytest.mark.parametrize("compression", [None, "zstd"])
+def test_object_replaced_by_one_of_the_same_size_is_refused_never_mixed(s3, tmp_path, compression):
+    old, new, n = two_versions(tmp_path, compression)
     fs = s3.fs()
-    fs.put_file(old, "bkt/same.evs")
-    url = "s3://bkt/same.evs"
+    url = f"s3://bkt/same-{compression}.evs"
+    fs.put_file(old, url)
     ds = evs.open(url, storage_options=s3.options)
     assert ds[n - 1][1] == 1
-    fs.put_file(new, "bkt/same.evs")
+    fs.put_file(new, url)
     s3.log.clear()
     assert reads_never_mix(ds, url, n) > 0
     assert any(seen.status == 412 for seen in s3.log.gets())  # refused, not read and judged
