@@ -251,6 +251,8 @@ class ZstdSource:
         logical, phys, span, position = LOCATOR.unpack_from(group, (j % GROUP) * LOCATOR.size)
         if span == SPAN_UNKNOWN or position > logical:
             return None
+        if phys < self.layout_end or phys + span > run.offset:
+            return None  # a record's frames lie between the layout frame and its run
         ext = Extent(phys, logical - position, span)
         buf, pos = self._record_head(ext, logical)
         magic, crc, length = FRAME.unpack_from(buf, pos)
