@@ -32,11 +32,13 @@ Alloc = Callable[[int, tuple, np.dtype], np.ndarray]
 
 class Plan:
     """Where a layout's values are, for the batch decoder: ``words`` (frame word indices
-    gathered per record), ``mask`` / ``expected`` (the structural bits of those words and
-    their values), ``at`` (per slot: its byte offset in a gathered row, or None when it is
-    copied from the buffer itself)."""
+    gathered per record: one contiguous run when that costs at most twice the words
+    needed, as a strided view is gathered faster than by an index array), ``mask`` /
+    ``expected`` (the structural bits of those words and their values), ``at`` (per slot:
+    its byte offset in a gathered row, or None when it is copied from the buffer itself),
+    ``place`` (per frame word: its byte offset in a gathered row, -1 if not gathered)."""
 
-    __slots__ = ("words", "mask", "expected", "at", "row")
+    __slots__ = ("words", "run", "mask", "expected", "at", "place")
 
     def __init__(self, layout: Layout):
         frame = layout.frame
@@ -51,20 +53,37 @@ class Plan:
             small.append(is_small and size > 0)
             if is_small and size:
                 wanted[at // 8 : -(-(at + size) // 8)] = True
-        self.words = np.flatnonzero(wanted)
+        words = np.flatnonzero(wanted)
+        self.run = int(words[-1]) + 1 <= 2 * len(words)  # words 0.. last, contiguous
+        self.words = np.arange(words[-1] + 1) if self.run else words
         padded = np.zeros(n_words * 8, np.uint8)
         padded[: len(frame)] = frame
         mask = np.zeros(n_words * 8, np.uint8)
         mask[layout.check_at] = 0xFF
         self.mask = mask.view("<u8")[self.words]
         self.expected = (padded & mask).view("<u8")[self.words]
-        place = np.full(n_words, -1, np.int64)
-        place[self.words] = np.arange(len(self.words)) * 8
-        self.row = len(self.words) * 8  # bytes of a gathered row
+        self.place = np.full(n_words, -1, np.int64)
+        self.place[self.words] = np.arange(len(self.words)) * 8
         self.at = [
-            int(place[at // 8] + at % 8) if is_small else None
+            int(self.place[at // 8] + at % 8) if is_small else None
             for (_, _, at, _), is_small in zip(layout.slots, small)
         ]
+
+    def gather(self, buf: Any, u64: np.ndarray, frames: np.ndarray) -> np.ndarray | None:
+        """[B, W] uint64: the gathered words of each frame (None if one runs off ``buf``,
+        which only a damaged index can make happen)."""
+        if not self.run:
+            return np.take(u64, (frames >> 3)[:, None] + self.words, mode="clip")
+        width = len(self.words)
+        rows = len(u64) - width + 1
+        if rows <= 0 or int(frames.max()) >> 3 >= rows:
+            return None
+        return np.ndarray((rows, width), "<u8", buf, 0, (8, 8))[frames >> 3]
+
+    def row_bytes(self, at: np.ndarray) -> np.ndarray | None:
+        """Where frame bytes ``at`` are in a gathered row; None if one is not gathered."""
+        words = self.place[at // 8]
+        return None if (words < 0).any() else words + at % 8
 
 
 def _value_size(kind: int, detail: Any) -> int | None:
@@ -123,13 +142,15 @@ def decode_batch(
     u8 = np.frombuffer(buf, np.uint8)
     count = len(frames)
     u64 = u8[: len(u8) // 8 * 8].view("<u8")
-    rows = np.take(u64, (frames >> 3)[:, None] + plan.words, mode="clip")  # [B, W]
-    if not ((rows & plan.mask) == plan.expected).all():
+    rows = plan.gather(buf, u64, frames)  # [B, W]
+    if rows is None or not ((rows & plan.mask) == plan.expected).all():
         return None
     if not ((rows[:, 0] >> np.uint64(32)) == crcs).all():  # word 0: magic, checksum
         return None
-    if checksum is not None and not (checksums(layout, buf, u8, frames, checksum) == crcs).all():
-        return None
+    if checksum is not None:
+        got = checksums(layout, plan, buf, u8, frames, rows, checksum)
+        if not (got == crcs).all():
+            return None
     columns: list[Any] = []
     for k, ((kind, _, at, detail), place) in enumerate(zip(layout.slots, plan.at)):
         if kind == S_NONE:

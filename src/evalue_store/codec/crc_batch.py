@@ -26,14 +26,17 @@ _BITS = ((np.arange(256)[:, None] >> np.arange(8)) & 1).astype(bool)  # [byte, b
 
 
 class Tables:
-    """The checksum of a layout's payloads as a function of their value bytes: positions
-    ``at`` (frame offsets, [V, 1]), ``table`` (flattened [V, 256] uint32, row j at
-    ``rows[j]``) and ``base`` (the checksum of the sample with its value bytes zeroed)."""
+    """The checksum of a layout's payloads as a function of their value bytes: ``table``
+    (flattened [V, 256] uint32, row j from ``rows[j]``), ``base`` (the checksum of the
+    sample with its value bytes zeroed), and where the value bytes are: ``at`` (frame
+    offsets, [V, 1]) and ``cols`` (offsets in the batch decoder's gathered words, or None
+    when some are not among them)."""
 
-    __slots__ = ("checksum", "at", "rows", "table", "base")
+    __slots__ = ("checksum", "at", "cols", "rows", "table", "base")
 
-    def __init__(self, checksum: Any, frame: np.ndarray, structural: np.ndarray):
-        payload = np.array(frame[FRAME_SIZE:])
+    def __init__(self, checksum: Any, layout: Any, plan: Any):
+        payload = np.array(layout.frame[FRAME_SIZE:])
+        structural = layout.check_at
         values = np.ones(len(payload), bool)
         values[structural[structural >= FRAME_SIZE] - FRAME_SIZE] = False
         positions = np.flatnonzero(values)
@@ -50,27 +53,38 @@ class Tables:
         table = np.bitwise_xor.reduce(np.where(_BITS, basis[:, None, :], 0), axis=2)
         self.table = table.astype(np.uint32).ravel()
         self.at = (positions + FRAME_SIZE)[:, None]
-        self.rows = (np.arange(len(positions)) * 256)[:, None]
+        self.cols = plan.row_bytes(positions + FRAME_SIZE)
+        self.rows = (np.arange(len(positions), dtype=np.uint16) * 256)[:, None]  # V <= 256
 
-    def __call__(self, u8: np.ndarray, frames: np.ndarray) -> np.ndarray:
-        """The payload checksums (uint32) of the frames at ``u8[frames]``."""
+    def __call__(self, u8: np.ndarray, frames: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """The payload checksums (uint32) of the frames at ``u8[frames]``, whose gathered
+        words are ``rows``."""
         if not len(self.at):
             return np.full(len(frames), self.base, np.uint32)
-        values = u8[self.at + frames]  # [V, B]: reduced over axis 0, numpy's fast direction
+        if self.cols is not None:  # [V, B]: reduced over axis 0, numpy's fast direction
+            values = rows.view(np.uint8).T[self.cols]
+        else:
+            values = u8[self.at + frames]
         return np.bitwise_xor.reduce(self.table[values + self.rows], axis=0) ^ np.uint32(self.base)
 
 
 def checksums(
-    layout: Any, buf: Any, u8: np.ndarray, frames: np.ndarray, checksum: Any
+    layout: Any,
+    plan: Any,
+    buf: Any,
+    u8: np.ndarray,
+    frames: np.ndarray,
+    rows: np.ndarray,
+    checksum: Any,
 ) -> np.ndarray:
-    """The payload checksums of the records of ``layout`` at ``frames`` (whose structural
-    bytes the caller has checked), uint32."""
+    """The payload checksums (uint32) of the records of ``layout`` at ``frames``, whose
+    structural bytes the caller has checked (``rows``: their gathered words, ``plan``)."""
     tables = layout.crc_tables
     small = layout.value_bytes <= MAX_TABLE_BYTES and len(frames) >= MIN_TABLE_BATCH
     if small and (tables is None or tables.checksum is not checksum):
-        tables = layout.crc_tables = Tables(checksum, layout.frame, layout.check_at)
+        tables = layout.crc_tables = Tables(checksum, layout, plan)
     if small:
-        return tables(u8, frames)
+        return tables(u8, frames, rows)
     view = memoryview(buf)
     length = layout.length
     got = [checksum(view[s : s + length]) for s in (frames + FRAME_SIZE).tolist()]
