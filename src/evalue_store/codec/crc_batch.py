@@ -21,7 +21,7 @@ import numpy as np
 from ..container import FRAME_SIZE
 
 MAX_TABLE_BYTES = 48  # value bytes per record up to which the table method is used...
-MIN_TABLE_BATCH = 64  # ...for batches at least this big (measured: below, a call per record wins)
+MIN_TABLE_BATCH = 40  # ...for batches at least this big (measured: below, a call per record wins)
 _BITS = ((np.arange(256)[:, None] >> np.arange(8)) & 1).astype(bool)  # [byte, bit]
 
 
