@@ -17,8 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import evalue_store as evs
-from evalue_store import batch
 from evalue_store.container import FRAME_SIZE
+from evalue_store.dataset import batch
 from tests.test_batch import assert_batch, expected
 
 # ----------------------------------------------------------------------------- property

@@ -25,9 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from .buffers import close_map, map_file
-from .byteio import GATHER_GAP, Gather
-from .container import (
+from ..buffers import close_map, map_file
+from ..byteio import GATHER_GAP, Gather
+from ..container import (
     ENTRY,
     ENTRY_SIZE,
     Commit,
@@ -36,7 +36,7 @@ from .container import (
     find_last_commit,
     open_container,
 )
-from .errors import FormatError
+from ..errors import FormatError
 from .salvage import Salvage, scan_tail, side_file
 
 CHUNK = 1 << 20  # bytes per piece of a sequential pass

@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 import zstandard
 
-from .byteio import Gather
-from .container import ENTRY, ENTRY_DTYPE, FRAME, FRAME_MAGIC, Commit, Header, parse_footer_at
-from .errors import FormatError
+from ..byteio import Gather
+from ..container import ENTRY, ENTRY_DTYPE, FRAME, FRAME_MAGIC, Commit, Header, parse_footer_at
+from ..errors import FormatError
 from .zframe import (
     FrameError,
     aligned_bytes,
