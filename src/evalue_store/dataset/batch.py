@@ -123,11 +123,14 @@ def _entries_at(ds: Any, positions: np.ndarray) -> np.ndarray | None:
     one pass from a plain file, or located record by record in a compressed one (whose
     index is never decompressed). None if one cannot be read: ``ds[i]`` says why."""
     source = ds._source
-    if source.compressed:
+    if source.compressed:  # in file order: each frame a lookup needs is decompressed once
+        order = np.argsort(positions, kind="stable")
+        entries = np.empty(len(positions), ENTRY_DTYPE)
         try:
-            return np.array([ds._entry_of(i) for i in positions.tolist()], ENTRY_DTYPE)
+            entries[order] = [ds._entry_of(i) for i in positions[order].tolist()]
         except FormatError:
             return None
+        return entries
     if len(ds._segments) == 1:
         which = np.zeros(len(positions), np.intp)
     else:
