@@ -7,6 +7,7 @@ The oracle is tests/test_batch.py's ``expected``: ds[i] for every index, stacked
 
 from __future__ import annotations
 
+import json
 import sys
 from collections import Counter
 
@@ -304,3 +305,21 @@ def test_fixed_shape_batches_do_no_work_per_record(tmp_path):
     small = calls_during(lambda: loader.__getitems__(order[:64]))
     big = calls_during(lambda: loader.__getitems__(order[64:576]))
     assert small == big
+
+
+def test_batch_benchmark_runs(tmp_path):
+    """benchmarks/bench_batch.py, tiny: every row measured, the table written."""
+    from benchmarks import bench_batch
+
+    bench_batch.main(
+        ["--repeats", "1", "--batches", "2", "--records", "300", "--out", str(tmp_path)]
+    )
+    rows = json.loads((tmp_path / "batch.json").read_text())["rows"]
+    assert [(r["workload"], r["batch"]) for r in rows] == [
+        ("W1", 32),
+        ("W1", 256),
+        ("XOR", 32),
+        ("XOR", 256),
+    ]
+    assert all(r["get_batch"] > 0 and r["ds[i]"] > 0 for r in rows)
+    assert "ds[i] / get_batch" in (tmp_path / "batch.md").read_text()
