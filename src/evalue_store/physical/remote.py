@@ -398,6 +398,17 @@ class RemoteSource(_PlainSource):
     def unpin(self) -> None:
         self._pinned = {}
 
+    gap = 0  # the reader coalesces a round's requests itself (MERGE_GAP)
+
+    def _fill(self, plan: Any, buf: memoryview, index: bool) -> None:
+        """All spans in one round of ``pread_many`` (``index``: fetched by block)."""
+        got = self.reader.pread_many(plan.spans, whole_blocks=index)
+        for data, (start, n), place in zip(got, plan.spans, plan.places):
+            if len(data) != n:
+                reason = f"file ends early: wanted {n} bytes"
+                raise FormatError(reason, start + len(data), self.name)
+            buf[place : place + n] = data
+
     def chunks(self) -> Any:
         for start in range(0, self.size, CHUNK):
             yield self.read(start, min(CHUNK, self.size - start))

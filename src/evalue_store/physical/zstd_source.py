@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import zstandard
 
+from ..byteio import Gather
 from ..container import ENTRY, ENTRY_DTYPE, FRAME, FRAME_MAGIC, Commit, Header, parse_footer_at
 from ..errors import (
     COMMIT,
@@ -219,6 +220,17 @@ class ZstdSource:
     def read(self, offset: int, n: int) -> memoryview:
         buf, pos = self.frame(offset, n)
         return buf[pos : pos + n]
+
+    def gather(
+        self, offsets: np.ndarray, sizes: np.ndarray, *, index: bool = False
+    ) -> tuple[memoryview, np.ndarray]:
+        """The logical bytes of a batch of ranges in one buffer, read in file order (each
+        frame decompressed once); the buffer and each range's position in it."""
+        plan = Gather(offsets, sizes, self.alignment, 0)
+        out = aligned_empty(plan.size, 0, self.alignment)
+        for (start, n), place in zip(plan.spans, plan.places):
+            out[place : place + n] = self.read(start, n)
+        return memoryview(out).toreadonly(), plan.positions
 
     # ------------------------------------------------------------------ records
 
