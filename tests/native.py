@@ -60,8 +60,9 @@ def executorch_root() -> Path | None:
 
 
 def build_executorch() -> Path:
-    """cpp/examples/train_xor.cc linked against the wheel's libexecutorch.so and its CPU
-    kernels (the flags its lib/cmake/executorch/executorch-config.cmake gives consumers)."""
+    """cpp/examples/ (train_xor, train_batches) linked against the wheel's libexecutorch.so
+    and its CPU kernels (the flags its lib/cmake/executorch/executorch-config.cmake gives
+    consumers)."""
     root = executorch_root()
     assert root is not None, "the executorch wheel (headers and libexecutorch.so) is missing"
     include = root / "include"
@@ -72,7 +73,10 @@ def build_executorch() -> Path:
     lib = root / "lib"
     libs = [f"-L{lib}", "-Wl,--no-as-needed", "-lexecutorch_kernels_optimized", "-lexecutorch"]
     libs += ["-Wl,--as-needed", f"-Wl,-rpath,{lib}"]  # the kernels register themselves
-    programs = {"train_xor": ["examples/train_xor.cc"]}
+    programs = {
+        "train_xor": ["examples/train_xor.cc"],
+        "train_batches": ["examples/train_batches.cc"],
+    }
     key = _key(flags + libs + [str(lib)])
     return _cached(f"et-{key}", lambda work: _compile(work, flags, programs, libs))
 
