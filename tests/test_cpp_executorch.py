@@ -113,8 +113,9 @@ def run_batches(train_batches: Path, program: Path, data: Path, steps: int, *ext
     )
     lines = done.stdout.split("\n")
     if done.returncode == 0:
-        assert lines[-3].startswith("steps_per_s ") and lines[-2].startswith("feed_ns_per")
-        return [float(x) for x in lines[:-3]], done
+        tail = [line.split()[0] for line in lines[-4:-1]]
+        assert tail == ["steps_per_s", "cpu_steps_per_s", "feed_ns_per_record"], tail
+        return [float(x) for x in lines[:-4]], done
     return None, done
 
 
