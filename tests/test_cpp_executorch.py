@@ -7,6 +7,8 @@ tests/et_programs.py, shared with the Python training tests."""
 
 from __future__ import annotations
 
+import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -150,3 +152,36 @@ def test_batches_that_do_not_fit_the_program_name_the_record(tmp_path, xor_progr
         for mode in ((), ("memory",)):  # met in the epoch's order / read up front
             _, done = run_batches(train_batches, xor_program, data, 12, *mode)  # batch 1
             assert (done.returncode, done.stderr[-len(message) - 1 :]) == (1, message + "\n")
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_readme_executorch_path_runs_as_written(tmp_path, monkeypatch):
+    """README's "Training on device with ExecuTorch": its commands and code, in order, in a
+    fresh directory (paths into the clone made absolute): export, pack, check and train in
+    Python, then build the C++ trainer with the README's g++ line and train from the file."""
+    readme = (ROOT / "README.md").read_text()
+    start = readme.index("## Training on device with ExecuTorch")
+    section = readme[start : readme.index("\n## ", start)]
+    blocks = re.findall(r"```(console|python)\n(.*?)```", section, re.S)
+    assert [kind for kind, _ in blocks] == ["console", "python", "console"]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT)]))
+    monkeypatch.chdir(tmp_path)
+    outputs = []
+    for kind, body in blocks:
+        if kind == "python":
+            scope: dict = {}
+            exec(compile(body, "README", "exec"), scope)
+            assert np.mean(scope["losses"][-16:]) < 0.1
+            continue
+        script = re.sub(r"\\\n\s*", " ", body)  # continuation lines
+        commands = [line[2:] for line in script.splitlines() if line.startswith("$ ")]
+        script = "set -eo pipefail\n" + "\n".join(commands).replace("cpp/", f"{ROOT}/cpp/")
+        done = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr[-3000:]
+        outputs.append(done.stdout)
+    last_loss, speed, cpu, feed = outputs[-1].splitlines()
+    assert float(last_loss) < 0.1
+    assert speed.startswith("steps_per_s ") and cpu.startswith("cpu_steps_per_s ")
+    assert feed.startswith("feed_ns_per_record ")
