@@ -68,6 +68,7 @@ Inputs program_inputs(Module& module) {
     fail("the program's forward must take float32 [B, ...] and int64 [B]");
   Inputs in;
   in.batch = x->sizes()[0];
+  if (in.batch < 1) fail("the program's batch size must be at least 1");
   for (size_t k = 1; k < x->sizes().size(); ++k) {
     in.shape.push_back(x->sizes()[k]);
     in.row *= static_cast<size_t>(x->sizes()[k]);
