@@ -25,10 +25,12 @@ from ..container import (
     FRAME_MAGIC,
     FRAME_SIZE,
     MAX_METADATA,
+    MAX_METADATA_DEPTH,
     Commit,
     Segment,
     double_int,
     encode_footer,
+    json_depth,
     valid_alignment,
 )
 from ..errors import ClosedError, EncodeError
@@ -44,11 +46,13 @@ def encode_metadata(metadata: dict | None) -> bytes:
         raise EncodeError("metadata must be a dict of JSON values")
     try:
         data = json.dumps(metadata, ensure_ascii=False, allow_nan=False).encode("utf-8")
-        json.loads(data, parse_int=double_int)  # as a reader will: no integer beyond a double
+        parsed = json.loads(data, parse_int=double_int)  # as a reader will: no huge integer
     except (TypeError, ValueError) as exc:
         raise EncodeError(f"metadata is not JSON-serializable: {exc}") from None
     except RecursionError:
-        raise EncodeError("metadata is nested too deeply to be stored as JSON") from None
+        raise EncodeError(f"metadata nests deeper than {MAX_METADATA_DEPTH}") from None
+    if json_depth(parsed) > MAX_METADATA_DEPTH:
+        raise EncodeError(f"metadata nests deeper than {MAX_METADATA_DEPTH}")
     if len(data) > MAX_METADATA:
         raise EncodeError(f"metadata is {len(data)} bytes; the limit is {MAX_METADATA}")
     return data
@@ -255,7 +259,7 @@ class Appending:
             self._commit_now()
 
     def _commit_now(self) -> None:
-        """The commit protocol (docs/FORMAT.md, "Commit protocol").
+        """The commit protocol (docs/FORMAT.md §11 rule 1).
 
         fsync orders nothing within the writes it covers: after a power cut, any subset of
         the pages written since the last fsync may have reached the disk. So everything the
