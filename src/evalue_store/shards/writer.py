@@ -24,6 +24,8 @@ from .manifest import (
     write_manifest,
 )
 
+FIXED_BY_FILE = ("alignment", "format_version", "compression")  # an appended file keeps them
+
 
 def _default_manifest(pattern: str) -> str:
     """``data/train-{:05d}.evs`` -> ``data/train.manifest.json``; no prefix -> manifest.json.
@@ -153,10 +155,11 @@ class ShardWriter:
         if not paths:
             return
         self.shards = [describe_shard(path) for path in paths[:-1]]
-        # metadata again: the last shard may have died before its first commit stored it
-        self._writer = Writer(
-            paths[-1], "a", metadata=self.metadata, durable=self.durable, **self.writer_options
-        )
+        # metadata again: the last shard may have died before its first commit stored it.
+        # The shard keeps its own alignment, version and compression (FORMAT.md §14); the
+        # options given apply to the shards made from now on.
+        kept = {k: v for k, v in self.writer_options.items() if k not in FIXED_BY_FILE}
+        self._writer = Writer(paths[-1], "a", metadata=self.metadata, durable=self.durable, **kept)
         self.salvage = self._writer.salvage
         self._count = sum(s.records for s in self.shards) + len(self._writer)
         self._fields = Fields(self._writer.fields, self._writer.fields is None and self._count > 0)
