@@ -24,8 +24,6 @@ from .manifest import (
     write_manifest,
 )
 
-FIXED_BY_FILE = ("alignment", "format_version", "compression")  # an appended file keeps them
-
 
 def _default_manifest(pattern: str) -> str:
     """``data/train-{:05d}.evs`` -> ``data/train.manifest.json``; no prefix -> manifest.json.
@@ -49,6 +47,9 @@ def shard_full(writer: Writer, max_records: int | None, max_bytes: int | None) -
     # tell() is the logical end, buffer included; each record adds an index entry at commit.
     size = writer.tell() + ENTRY_SIZE * n
     return max_bytes is not None and size >= max_bytes
+
+
+KEPT_BY_APPEND = ("alignment", "format_version", "compression")  # a file's own, fixed
 
 
 class ShardWriter:
@@ -156,10 +157,12 @@ class ShardWriter:
             return
         self.shards = [describe_shard(path) for path in paths[:-1]]
         # metadata again: the last shard may have died before its first commit stored it.
-        # The shard keeps its own alignment, version and compression (FORMAT.md §14); the
-        # options given apply to the shards made from now on.
-        kept = {k: v for k, v in self.writer_options.items() if k not in FIXED_BY_FILE}
-        self._writer = Writer(paths[-1], "a", metadata=self.metadata, durable=self.durable, **kept)
+        # The last shard keeps its own alignment, version and compression; the options
+        # apply to the shards made from now on.
+        options = {k: v for k, v in self.writer_options.items() if k not in KEPT_BY_APPEND}
+        self._writer = Writer(
+            paths[-1], "a", metadata=self.metadata, durable=self.durable, **options
+        )
         self.salvage = self._writer.salvage
         self._count = sum(s.records for s in self.shards) + len(self._writer)
         self._fields = Fields(self._writer.fields, self._writer.fields is None and self._count > 0)
