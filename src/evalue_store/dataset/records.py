@@ -76,7 +76,11 @@ class Records:
     # ------------------------------------------------------------------ records
 
     def _record(self, i: int) -> list:
-        return self._read(i, *self._entry(i))
+        try:
+            entry = self._entry(i)
+        except FormatError as exc:  # of the source's own layer: placed, its offset kept
+            raise exc.at(path=self.path, record=i) from None
+        return self._read(i, *entry)
 
     def _check_entry(self, i: int, offset: int, length: int) -> None:
         place = dict(path=self.path, record=i, offset_in=self._offsets_in)
@@ -122,7 +126,10 @@ class Records:
             or (limit is not None and length > limit)
         ):
             self._check_entry(i, offset, length)  # raises, saying which rule failed
-        buf, pos = self._source.frame(offset, FRAME_SIZE + length)
+        try:
+            buf, pos = self._source.frame(offset, FRAME_SIZE + length)
+        except FormatError as exc:  # a compressed file's frames, a remote object
+            raise exc.at(path=self.path, record=i) from None
         try:
             if self._crc_on_read:
                 payload = memoryview(buf)[pos + FRAME_SIZE : pos + FRAME_SIZE + length]

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import zstandard
 
+from ..byteio import Gather
 from ..container import ENTRY, ENTRY_DTYPE, FRAME, FRAME_MAGIC, Commit, Header, parse_footer_at
 from ..errors import (
     COMMIT,
@@ -220,6 +221,17 @@ class ZstdSource:
         buf, pos = self.frame(offset, n)
         return buf[pos : pos + n]
 
+    def gather(
+        self, offsets: np.ndarray, sizes: np.ndarray, *, index: bool = False
+    ) -> tuple[memoryview, np.ndarray]:
+        """The logical bytes of a batch of ranges in one buffer, read in file order (each
+        frame decompressed once); the buffer and each range's position in it."""
+        plan = Gather(offsets, sizes, self.alignment, 0)
+        out = aligned_empty(plan.size, 0, self.alignment)
+        for (start, n), place in zip(plan.spans, plan.places):
+            out[place : place + n] = self.read(start, n)
+        return memoryview(out).toreadonly(), plan.positions
+
     # ------------------------------------------------------------------ records
 
     def entry(self, at: int, i: int) -> tuple[int, int, int, int]:
@@ -251,6 +263,8 @@ class ZstdSource:
         logical, phys, span, position = LOCATOR.unpack_from(group, (j % GROUP) * LOCATOR.size)
         if span == SPAN_UNKNOWN or position > logical:
             return None
+        if phys < self.layout_end or phys + span > run.offset:
+            return None  # a record's frames lie between the layout frame and its run
         ext = Extent(phys, logical - position, span)
         buf, pos = self._record_head(ext, logical)
         magic, crc, length = FRAME.unpack_from(buf, pos)
