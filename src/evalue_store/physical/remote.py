@@ -406,7 +406,7 @@ class RemoteSource(_PlainSource):
         for data, (start, n), place in zip(got, plan.spans, plan.places):
             if len(data) != n:
                 reason = f"file ends early: wanted {n} bytes"
-                raise FormatError(reason, start + len(data), self.name)
+                raise FormatError(reason, start + len(data), self.name, code=TRUNCATED)
             buf[place : place + n] = data
 
     def chunks(self) -> Any:
