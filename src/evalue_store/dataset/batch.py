@@ -27,7 +27,7 @@ from ..codec import compile_layout
 from ..codec.batch_decode import decode_batch
 from ..container import ENTRY_DTYPE, ENTRY_SIZE, FRAME_SIZE
 from ..dtypes import BFLOAT16
-from ..errors import FormatError
+from ..errors import FIELDS, FormatError
 from ..values import _is_torch_tensor
 from . import indexing
 
@@ -364,5 +364,7 @@ def name_columns(columns: list, names: tuple[str, ...] | None, alloc: Allocator)
     if not columns:
         return {name: [] for name in names}
     if len(columns) != len(names):
-        raise FormatError(f"records have {len(columns)} values for {len(names)} field names")
+        raise FormatError(
+            f"records have {len(columns)} values for {len(names)} field names", code=FIELDS
+        )
     return dict(zip(names, columns))

@@ -36,7 +36,7 @@ from ..container import (
     find_last_commit,
     open_container,
 )
-from ..errors import FormatError
+from ..errors import TRUNCATED, FormatError
 from .salvage import Salvage, scan_tail, side_file
 
 CHUNK = 1 << 20  # bytes per piece of a sequential pass
@@ -159,7 +159,9 @@ class PreadSource(_PlainSource):
         while done < n:
             got = os.preadv(self.fd, [view[done:]], offset + done)
             if got <= 0:
-                raise FormatError(f"file ends early: wanted {n} bytes", offset + done)
+                raise FormatError(
+                    f"file ends early: wanted {n} bytes", offset + done, code=TRUNCATED
+                )
             done += got
 
     def _fill(self, plan: Gather, buf: memoryview, index: bool) -> None:
@@ -197,6 +199,7 @@ def open_plain(fd: int, size: int, backend: str) -> tuple[Any, Header, Commit]:
 class PlainSink:
     """Writes the logical bytes straight to the file (the uncompressed container)."""
 
+    compressed = False
     FLUSH_BYTES = 4 << 20  # buffer small writes up to this much before a write(2)
     DIRECT_BYTES = 1 << 20  # writes at least this large skip the buffer
 
