@@ -53,6 +53,7 @@ from .files import (
 )
 from .physical import Restart, new_sink, open_for_append
 from .salvage import Salvage, side_file
+from .zframe import DEFAULT_LEVEL
 from .zstd import DEFAULT_FRAME_SIZE, MAX_FRAME_SIZE
 
 MERGE_FANOUT = 4  # merge the newest index segments when this many share a level
@@ -152,7 +153,7 @@ class Writer(WriterFields):
         alignment: int = DEFAULT_ALIGNMENT,
         durable: bool = True,
         compression: str | None = None,
-        level: int = 3,
+        level: int = DEFAULT_LEVEL,
         frame_size: int = DEFAULT_FRAME_SIZE,
         dictionary: bytes | None = None,
         format_version: str = DEFAULT_VERSION,
