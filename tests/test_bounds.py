@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 import evalue_store as evs
-from evalue_store import container, plain, seekable
+from evalue_store import container
 from evalue_store.container import (
     FOOTER_FIXED,
     MAX_SEGMENTS,
@@ -35,6 +35,7 @@ from evalue_store.container import (
     crc32c,
     encode_footer,
 )
+from evalue_store.physical import plain, seekable
 
 MiB = 1 << 20
 MAX_FOOTER = FOOTER_FIXED.size + MAX_SEGMENTS * SEGMENT.size + TRAILER.size
@@ -702,7 +703,7 @@ def test_an_index_pointing_many_entries_at_one_record_is_read_once(tmp_path):
 
 def test_overlapping_segments_in_one_footer_are_refused_at_open(tmp_path):
     """One segment listed 4096 times would make an index of n entries count 4096 n records
-    (FORMAT.md section 9: an impossible footer)."""
+    (FORMAT.md §8 rule 2: an impossible footer)."""
     path = tmp_path / "f.evs"
     entry = _big_record_file(path)
     _with_last_commit(

@@ -86,7 +86,7 @@ def test_deeply_nested_metadata_raises_encode_error_not_recursion_error(tmp_path
 
 def test_a_reader_never_sees_a_new_file_before_its_header(tmp_path):
     """THREAT_MODEL: "Readers take no lock. They see the last commit as of open()/refresh()
-    and never a partly written one"; FORMAT.md section 11: "the reference writer commits once
+    and never a partly written one"; FORMAT.md §11 rule 1: a writer "SHOULD commit once
     when it creates a file (commit 1, no records), so that a new file is at once a valid
     container".
 

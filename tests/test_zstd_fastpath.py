@@ -15,7 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import evalue_store as evs
-from evalue_store import byteio, zframe
+from evalue_store import byteio
+from evalue_store.physical import zframe
 
 from .test_core import assert_same
 

@@ -31,6 +31,7 @@ DEFAULT_ALIGNMENT = 64
 MAX_WRITER_INFO = 1024
 MAX_SEGMENTS = 4096
 MAX_METADATA = 64 << 20
+MAX_METADATA_DEPTH = 512  # arrays and objects nested in metadata, the top object counting 1
 
 # header: magic, major, minor, flags, alignment, header_length, file_id, created_ns, writer_len
 HEADER_FIXED = struct.Struct("<8sHHIII16sQH")
@@ -217,6 +218,21 @@ def double_int(text: str) -> int:
     return value
 
 
+def json_depth(value: Any) -> int:
+    """How deeply arrays and objects nest in a parsed JSON value (one of them alone is 1),
+    counted level by level without recursion."""
+    depth, level = 0, [value] if isinstance(value, (dict, list)) else []
+    while level:
+        depth += 1
+        level = [
+            item
+            for v in level
+            for item in (v.values() if isinstance(v, dict) else v)
+            if isinstance(item, (dict, list))
+        ]
+    return depth
+
+
 def parse_metadata(raw: bytes, offset: int) -> dict:
     """The metadata block's JSON object (docs/FORMAT.md section 7), or FormatError.
 
@@ -236,6 +252,8 @@ def parse_metadata(raw: bytes, offset: int) -> dict:
         raise FormatError(reason, offset) from None
     if not isinstance(value, dict):
         raise FormatError("metadata is not a JSON object", offset)
+    if json_depth(value) > MAX_METADATA_DEPTH:
+        raise FormatError(f"metadata nests deeper than {MAX_METADATA_DEPTH}", offset)
     return value
 
 

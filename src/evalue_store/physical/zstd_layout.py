@@ -17,8 +17,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from . import container
-from .errors import FormatError
+from .. import container
+from ..errors import FormatError
 from .zframe import SKIPPABLE_HEADER, SKIPPABLE_HEADER_SIZE
 
 checksum = container.crc32c  # CRC-32C, whatever the container's (FRAMES.md section 6)
@@ -211,8 +211,9 @@ def parse_block(data: Any, offset: int, layout_end: int) -> Block:
     )
 
 
-def read_block(reader: Any, end: int, layout_end: int) -> Block:
-    """The index block that ends at file offset ``end``."""
+def block_size_at(reader: Any, end: int, layout_end: int) -> int:
+    """The size of the index block the trailer ending at ``end`` claims, if the trailer's
+    own fields allow one there (cheap checks, no hashing), else FormatError."""
     if end - layout_end < FIXED_BLOCK:
         raise FormatError(f"no index block ends at {end}", end)
     tail = bytes(pread_exact(reader, end - BLOCK_TRAILER.size, BLOCK_TRAILER.size))
@@ -221,12 +222,20 @@ def read_block(reader: Any, end: int, layout_end: int) -> Block:
         raise FormatError(f"no index block ends at {end}", end - 4)
     if size > FIXED_BLOCK + MAX_RUNS * RUN.size:
         raise FormatError(f"index block claims {size} bytes", end - 8)
+    return size
+
+
+def read_block(reader: Any, end: int, layout_end: int, size: int | None = None) -> Block:
+    """The index block that ends at file offset ``end`` (``size``: its checked claim)."""
+    if size is None:
+        size = block_size_at(reader, end, layout_end)
     return parse_block(pread_exact(reader, end - size, size), end - size, layout_end)
 
 
 def find_last_block(reader: Any, size: int, layout_end: int) -> Block | None:
     """The last valid index block: the one ending the file, or (a torn tail) the last one
-    found searching backwards for its tag; the search examines at most 2 x size + 1 MiB."""
+    found searching backwards for its tag. The candidates read in full (their claimed
+    size each) may total 2 x size + 1 MiB, so a tail of fake ones costs linear time."""
     try:
         return read_block(reader, size, layout_end)
     except FormatError:
@@ -239,11 +248,16 @@ def find_last_block(reader: Any, size: int, layout_end: int) -> Block | None:
         top = len(chunk)
         while (p := chunk.rfind(INDEX_TAG, 0, top)) >= 0:
             top = p + 3
-            budget -= FIXED_BLOCK
+            end = lo + p + 4
+            try:
+                claimed = block_size_at(reader, end, layout_end)
+            except FormatError:
+                continue
+            budget -= claimed
             if budget < 0:
                 raise FormatError("too many candidate index blocks; giving up the search", lo + p)
             try:
-                return read_block(reader, lo + p + 4, layout_end)
+                return read_block(reader, end, layout_end, claimed)
             except FormatError:
                 continue
         if lo == layout_end:

@@ -1,4 +1,4 @@
-"""Layout 1 of the zstd frame layer: seekable-format files (docs/FRAMES.md, section 9).
+"""Layout 1 of the zstd frame layer: seekable-format files (docs/FRAMES.md §12).
 
 Files written before the indexed layout end every commit with a seek table listing every
 frame so far. They stay readable, verifiable and appendable: an append goes on in layout 1
@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 import zstandard
 
-from .byteio import FdReader
-from .container import ENTRY, MAGIC, Commit, Header, open_container, parse_footer_at
-from .errors import FormatError
+from ..byteio import FdReader
+from ..container import ENTRY, MAGIC, Commit, Header, open_container, parse_footer_at
+from ..errors import FormatError
 from .plain import pwrite_all
 from .seekable import (
     EMPTY_CHECKSUM,
@@ -164,7 +164,7 @@ class ZstdSource:
         A random read decompresses one small frame, so its fixed costs matter: frames up to
         SMALL_FRAME bytes take a shorter path than decompress_frame's (their allocation is
         small anyway) with the same checks: the header must declare the seek table's size
-        and checksum, and the block walk must pass (FRAMES.md check 13: libzstd versions
+        and checksum, and the block walk must pass (FRAMES.md §3 rule 3: libzstd versions
         differ on blocks over Block_Maximum_Size); libzstd then decompresses the whole
         frame, checking content size and checksum.
         """
