@@ -415,7 +415,7 @@ def test_layout_2_entries_that_disagree_with_their_frames_fail_verify(tmp_path, 
     """FRAMES.md §9 rule 2 and §10: a lookup through a locator takes L and crc from the
     frame header and may return the record; a scan and verify compare every index entry
     with its frame, as in a plain file, where every read refuses it."""
-    from evalue_store import writer
+    from evalue_store.dataset import append as writer
 
     entry = writer.ENTRY
 

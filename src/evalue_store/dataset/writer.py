@@ -100,16 +100,19 @@ class Writer(WriterFields, Appending):
         mode: str = "w",
         *,
         metadata: dict | None = None,
-        alignment: int = DEFAULT_ALIGNMENT,
+        alignment: int | None = None,
         durable: bool = True,
         compression: str | None = None,
         level: int = DEFAULT_LEVEL,
         frame_size: int = DEFAULT_FRAME_SIZE,
         dictionary: bytes | None = None,
-        format_version: str = DEFAULT_VERSION,
+        format_version: str | None = None,
     ):
         if mode not in ("w", "x", "a"):
             raise ValueError(f"mode must be 'w', 'x' or 'a', not {mode!r}")
+        self._asked = {"alignment": alignment, "format_version": format_version}
+        self._asked["compression"] = compression
+        alignment = DEFAULT_ALIGNMENT if alignment is None else alignment
         check_alignment(alignment)
         if compression not in (None, "zstd"):
             raise ValueError(f"compression must be None or 'zstd', not {compression!r}")
@@ -119,7 +122,7 @@ class Writer(WriterFields, Appending):
             )
         if dictionary is not None and compression != "zstd":
             raise ValueError("a dictionary needs compression='zstd'")
-        self._new_flags = version_flags(format_version)
+        self._new_flags = version_flags(format_version or DEFAULT_VERSION)
         self.path = os.fspath(path)
         self.durable = durable
         self.salvage: Salvage | None = None
@@ -155,6 +158,7 @@ class Writer(WriterFields, Appending):
             size = st.st_size
             if size:
                 self._open_existing(size, metadata is not None, alignment)
+                self._check_asked()
             else:
                 self._create(alignment, compression, dictionary)
                 if self.durable:
@@ -246,6 +250,22 @@ class Writer(WriterFields, Appending):
             self._pending += ENTRY.pack(offset, length, crc, 0)
         if state.found or self._commit.number == 0:
             self._commit_now()  # salvaged records become durable before anything new
+
+    def _check_asked(self) -> None:
+        """Mode "a" keeps the file's alignment, version and compression: an explicit option
+        that contradicts them is a mistake to report, not to ignore."""
+        compressed = "zstd" if self._sink.compressed else None
+        have = {
+            "alignment": self.alignment,
+            "format_version": self.format_version,
+            "compression": compressed,
+        }
+        for name, asked in self._asked.items():
+            if asked is not None and asked != have[name]:
+                raise ValueError(
+                    f"{self.path} has {name}={have[name]!r}, and appending keeps it: "
+                    f"{name}={asked!r} cannot apply (leave it out, or write a new file)"
+                )
 
     def _use_flags(self, flags: int) -> None:
         self._checksum = checksum_function(flags)  # every checksum this writer computes

@@ -166,6 +166,7 @@ def open_plain(fd: int, size: int, backend: str) -> tuple[Any, Header, Commit]:
 class PlainSink:
     """Writes the logical bytes straight to the file (the uncompressed container)."""
 
+    compressed = False
     FLUSH_BYTES = 4 << 20  # buffer small writes up to this much before a write(2)
     DIRECT_BYTES = 1 << 20  # writes at least this large skip the buffer
 
