@@ -12,7 +12,7 @@ from ..dataset.fields import FIELDS_KEY, Fields
 from ..dataset.writer import Writer
 from ..errors import ClosedError
 from ..physical import remote
-from . import remote as remote_shards
+from . import object_store
 from .manifest import (
     DIRECTORY_MANIFEST,
     MANIFEST_SUFFIX,
@@ -47,6 +47,9 @@ def shard_full(writer: Writer, max_records: int | None, max_bytes: int | None) -
     # tell() is the logical end, buffer included; each record adds an index entry at commit.
     size = writer.tell() + ENTRY_SIZE * n
     return max_bytes is not None and size >= max_bytes
+
+
+KEPT_BY_APPEND = ("alignment", "format_version", "compression")  # a file's own, fixed
 
 
 class ShardWriter:
@@ -91,7 +94,7 @@ class ShardWriter:
         **writer_options: Any,
     ):
         self.pattern = os.fspath(pattern)
-        self._staging: remote_shards.Staging | None = None
+        self._staging: object_store.Staging | None = None
         try:
             one_placeholder = self.pattern.format(0) != self.pattern.format(1)
         except (IndexError, KeyError, ValueError) as exc:
@@ -114,7 +117,7 @@ class ShardWriter:
         if filesystem is not None or remote.is_url(self.pattern):
             if resume:
                 raise ValueError("resume needs a local pattern (an object has no append)")
-            self._staging = remote_shards.Staging(
+            self._staging = object_store.Staging(
                 self.pattern,
                 None if manifest is None else os.fspath(manifest),
                 _default_manifest(self.pattern),
@@ -153,9 +156,12 @@ class ShardWriter:
         if not paths:
             return
         self.shards = [describe_shard(path) for path in paths[:-1]]
-        # metadata again: the last shard may have died before its first commit stored it
+        # metadata again: the last shard may have died before its first commit stored it.
+        # The last shard keeps its own alignment, version and compression; the options
+        # apply to the shards made from now on.
+        options = {k: v for k, v in self.writer_options.items() if k not in KEPT_BY_APPEND}
         self._writer = Writer(
-            paths[-1], "a", metadata=self.metadata, durable=self.durable, **self.writer_options
+            paths[-1], "a", metadata=self.metadata, durable=self.durable, **options
         )
         self.salvage = self._writer.salvage
         self._count = sum(s.records for s in self.shards) + len(self._writer)
