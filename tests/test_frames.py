@@ -137,9 +137,9 @@ def test_dictionary_is_stored_once_and_zstd_cli_uses_it(tmp_path):
     dictionary = evs.train_dictionary(recs[:500], size=16 << 10)
     plain_z = tmp_path / "nodict.evs.zst"
     dict_z = tmp_path / "dict.evs.zst"
-    with evs.Writer(plain_z, compression="zstd", frame_size=4096) as w:
+    with evs.Writer(plain_z, compression="zstd", frame_size=2048) as w:  # where it pays
         w.extend(recs)
-    with evs.Writer(dict_z, compression="zstd", frame_size=4096, dictionary=dictionary) as w:
+    with evs.Writer(dict_z, compression="zstd", frame_size=2048, dictionary=dictionary) as w:
         w.extend(recs)
     with evs.Writer(dict_z, mode="a") as w:  # appends reuse the stored dictionary
         w.append(recs[0])

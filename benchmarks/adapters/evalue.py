@@ -79,5 +79,5 @@ class EvalueStoreNoVerify(EvalueStore):
 class EvalueStoreZstd(EvalueStore):
     name = "evalue_store_zstd"
     zero_copy = False
-    notes = 'Writer(compression="zstd", level=3)'
-    writer_options = {"compression": "zstd", "level": 3}
+    notes = 'Writer(compression="zstd"): level 1, 4 KiB frames'
+    writer_options = {"compression": "zstd"}

@@ -14,6 +14,7 @@ import evalue_store as evs
 from ..container import valid_alignment
 from ..dataset.fields import FIELDS_KEY
 from ..dataset.writer import MIN_FRAME_SIZE
+from ..physical.zframe import DEFAULT_LEVEL
 from ..physical.zstd import DEFAULT_FRAME_SIZE, MAX_FRAME_SIZE
 from .output import new_file, output_writer, refuse_container, refuse_overwrite, replacing
 from .registry import (
@@ -155,7 +156,10 @@ def _compress_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", metavar="FILE", help="container to compress")
     p.add_argument("-o", "--output", required=True, metavar="OUT", help="compressed container")
     p.add_argument(
-        "--level", type=int_range(*ZSTD_LEVELS), default=3, help="zstd level, up to 22 (default 3)"
+        "--level",
+        type=int_range(*ZSTD_LEVELS),
+        default=DEFAULT_LEVEL,
+        help=f"zstd level, up to 22 (default {DEFAULT_LEVEL})",
     )
     p.add_argument(
         "--frame-size",

@@ -190,7 +190,7 @@ def append_columns(writer: Any, columns: Mapping[Any, Any]) -> range:
             view = memoryview(frames.reshape(-1))
             write_blocks = getattr(sink, "write_blocks", None)
             if write_blocks is not None:
-                write_blocks(view, count, stride)
+                write_blocks(view, count, stride, size)
             else:  # the frame layer places each record's block
                 for at in range(0, count * stride, stride):
                     sink.begin_block(size)

@@ -267,8 +267,8 @@ def open_dataset(
     filesystems). ``verify``: check each record's CRC32 when it is read (default True);
     False skips that check so that big tensors are handed out without touching their pages.
     Compressed files are recognized from their bytes; ``cache_bytes`` bounds the cache of
-    decompressed frames. (They are always read through a mapping of the compressed bytes:
-    ``backend`` applies to plain files only.)
+    decompressed frames; their frames are read from a mapping of the committed bytes, or
+    with ``pread`` under ``backend="pread"``.
 
     Limits for untrusted files: ``max_frame_size`` refuses, at open, a compressed file with a
     frame that decompresses to more (the default is the largest frame a Writer makes);

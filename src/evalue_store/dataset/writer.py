@@ -39,6 +39,7 @@ from ..files import (
 from ..metadata import encode_metadata
 from ..physical import Restart, new_sink, open_for_append, remote
 from ..physical.salvage import Salvage, side_file
+from ..physical.zframe import DEFAULT_LEVEL
 from ..physical.zstd import DEFAULT_FRAME_SIZE, MAX_FRAME_SIZE
 from .append import Appending, check_alignment, serialized
 from .fields import WriterFields
@@ -103,7 +104,7 @@ class Writer(WriterFields, Appending):
         alignment: int | None = None,
         durable: bool = True,
         compression: str | None = None,
-        level: int = 3,
+        level: int = DEFAULT_LEVEL,
         frame_size: int = DEFAULT_FRAME_SIZE,
         dictionary: bytes | None = None,
         format_version: str | None = None,

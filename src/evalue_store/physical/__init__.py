@@ -112,7 +112,9 @@ def open_source(
         os.close(fd)
         raise
     if compressed:
-        return open_zstd(fd, size, cache_bytes=cache_bytes, max_frame_size=max_frame_size)
+        return open_zstd(
+            fd, size, cache_bytes=cache_bytes, max_frame_size=max_frame_size, backend=backend
+        )
     return open_plain(fd, size, backend)
 
 

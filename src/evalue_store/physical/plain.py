@@ -226,9 +226,10 @@ class PlainSink:
     def begin_block(self, size: int, granule: int = 0) -> None:
         """Called before each block; only the frame layer cares where blocks start."""
 
-    def write_blocks(self, data: Any, count: int, size: int) -> None:
-        """``count`` blocks of ``size`` bytes laid end to end in ``data``: one write, as
-        no block start matters here (a sink without this method gets them one by one)."""
+    def write_blocks(self, data: Any, count: int, size: int, block: int = 0) -> None:
+        """``count`` blocks of ``size`` bytes (``block`` of them before the padding) laid
+        end to end in ``data``: one write, as no block start matters here (a sink without
+        this method gets them one by one)."""
         self.write(data, count * size)
 
     def rewind(self, pos: int) -> bool:

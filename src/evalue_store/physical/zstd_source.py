@@ -249,10 +249,11 @@ class ZstdSource:
         return located
 
     def _locate(self, i: int) -> tuple[int, int, int, int] | None:
-        k = bisect.bisect_right(self._firsts, i) - 1
+        runs = self._runs
+        k = 0 if len(runs) == 1 else bisect.bisect_right(self._firsts, i) - 1
         if k < 0 or i >= self.block.record_count:
             return None
-        run = self._runs[k]
+        run = runs[k]
         j = i - run.first
         key = (run.offset, j // GROUP)
         group = self._groups.get(key)
@@ -265,20 +266,45 @@ class ZstdSource:
             return None
         if phys < self.layout_end or phys + span > run.offset:
             return None  # a record's frames lie between the layout frame and its run
-        ext = Extent(phys, logical - position, span)
-        buf, pos = self._record_head(ext, logical)
-        magic, crc, length = FRAME.unpack_from(buf, pos)
-        if magic != FRAME_MAGIC:
-            return None
-        if len(self._hints) >= MAX_HINTS:
-            self._hints.clear()
-        self._hints[logical] = ext
-        self._hot = (logical, buf, pos) if pos + FRAME.size + length <= len(buf) else None
-        return logical, length, crc, 0
-
-    def _record_head(self, ext: Extent, logical: int) -> tuple[Any, int]:
         if logical + FRAME.size > self.size:
             raise FormatError("a locator points past the logical end", logical, code=OUT_OF_BOUNDS)
+        ext = Extent(phys, logical - position, span)
+        buf = self._single(ext)
+        if buf is None or position + FRAME.size > buf.nbytes:  # the record spans frames
+            buf, position = self._record_head(ext, logical)
+        magic, crc, length = FRAME.unpack_from(buf, position)
+        if magic != FRAME_MAGIC:
+            return None
+        hints = self._hints  # for a read that comes later (a batch locates all first)
+        if len(hints) >= MAX_HINTS:
+            hints.clear()
+        hints[logical] = ext
+        fits = position + FRAME.size + length <= buf.nbytes
+        self._hot = (logical, buf, position) if fits else None
+        return logical, length, crc, 0
+
+    def _single(self, ext: Extent) -> memoryview | None:
+        """The decompressed first frame of ``ext`` when it is cached or is all of ``ext`` (a
+        record within one frame, the common case: one read, one decoder call); None
+        otherwise (the caller goes frame by frame)."""
+        phys, logical, span = ext
+        hit = self._cache.get(phys)
+        if hit is not None:
+            self._cache.move_to_end(phys)
+            return hit[1]
+        if span > SMALL_FRAME:
+            return None
+        data = self.reader.pread(phys, span)
+        if len(data) != span:
+            raise FormatError("file ends inside a frame", phys)
+        try:
+            length, buf = self._decode(data, logical)
+        except FrameError as exc:
+            raise FormatError(f"frame at {phys}: {exc}", phys) from None
+        self._remember(phys, length, buf)
+        return buf if length == span else None
+
+    def _record_head(self, ext: Extent, logical: int) -> tuple[Any, int]:
         frames = self._frames(ext, logical + FRAME.size)
         for start, buf in frames:
             if start <= logical and logical + FRAME.size <= start + buf.nbytes:
