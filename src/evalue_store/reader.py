@@ -568,7 +568,7 @@ class Dataset:
             return
         buf = self._source.mapped
         crcs = entries["crc"][k:]
-        records = layout.decode_run(buf, start, stride, count - k, crcs)
+        records, _ = layout.decode_run(buf, start, stride, count - k, crcs)
         if self._crc_on_read:
             at = start + FRAME_SIZE
             checksum = self._checksum
