@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 import evalue_store as evs
-from evalue_store import container, plain, seekable
+from evalue_store import container
 from evalue_store.container import (
     FOOTER_FIXED,
     MAX_SEGMENTS,
@@ -35,6 +35,7 @@ from evalue_store.container import (
     crc32c,
     encode_footer,
 )
+from evalue_store.physical import plain, seekable
 
 MiB = 1 << 20
 MAX_FOOTER = FOOTER_FIXED.size + MAX_SEGMENTS * SEGMENT.size + TRAILER.size

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import evalue_store as evs
-from evalue_store import plain
+from evalue_store.physical import plain
 from tests.faults import count_calls, interrupt_at
 
 

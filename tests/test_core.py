@@ -183,6 +183,18 @@ def test_value_mapping_and_wrappers(tmp_path):
         ([np.zeros(2, "U3")], "ScalarType"),
         ("abc", "list, tuple or dict of values"),
         ([evs.Int(2.5)], "integer"),
+        ([evs.Int(None)], "Int needs an integer"),
+        ([evs.Int("5")], "Int needs an integer"),
+        ([evs.Int(True)], "Int needs an integer"),
+        ([evs.Double("1.5")], "Double needs a real number"),
+        ([evs.Double(None)], "Double needs a real number"),
+        ([evs.Bool(2)], "Bool needs a bool"),
+        ([evs.Bool("yes")], "Bool needs a bool"),
+        ([evs.String(3)], "String needs str or bytes"),
+        ([evs.ListInt([1, "a"])], "Int needs an integer"),
+        ([evs.ListDouble(None)], "ListDouble needs a list"),
+        ([evs.ListBool("ab")], "ListBool needs a list"),
+        ([evs.ListTensor(3)], "ListTensor needs a list"),
         (["\ud800"], "UTF-8"),
     ],
 )
@@ -192,6 +204,25 @@ def test_unencodable_values_raise_encode_error(tmp_path, bad, message):
             w.append(bad)
         assert len(w) == 0
     assert len(evs.open(tmp_path / "e.evs")) == 0
+
+
+def test_typed_wrappers_accept_numbers_of_their_kind(tmp_path):
+    values = [
+        evs.Int(np.int8(-5)),
+        evs.Int(3.0),
+        evs.Int(np.array(7)),
+        evs.Double(3),
+        evs.Double(np.float32(0.5)),
+        evs.Bool(1),
+        evs.Bool(np.bool_(False)),
+        evs.ListInt(np.arange(3)),
+        evs.ListDouble((1, 2.5)),
+        evs.ListBool([0, True]),
+    ]
+    with evs.Writer(tmp_path / "t.evs") as w:
+        w.append(values)
+    got = evs.open(tmp_path / "t.evs")[0]
+    assert got == [-5, 3, 7, 3.0, 0.5, True, False, [0, 1, 2], [1.0, 2.5], [False, True]]
 
 
 def test_bfloat16_round_trip(tmp_path):
@@ -313,6 +344,26 @@ def test_views_outlive_close_and_pickle_reopens(tmp_path):
     ds.close()
     with pytest.raises(ValueError, match="closed"):
         ds[0]
+
+
+@pytest.mark.parametrize("compression", [None, "zstd"])
+def test_pickled_datasets_load_in_a_fresh_interpreter(tmp_path, compression):
+    """A DataLoader or Ray worker is a new process that imports evalue_store and unpickles
+    what the parent pickled: the pickle names the classes by module path, which must import
+    there (a plain Dataset, and one inside a ShardedDataset)."""
+    path = tmp_path / "w.evs"
+    with evs.Writer(path, compression=compression) as w:
+        w.extend([[np.arange(i, i + 3), f"r{i}"] for i in range(5)])
+    blob = pickle.dumps([evs.open(path), evs.open_shards([path])])
+    code = textwrap.dedent(
+        """
+        import pickle, sys
+        ds, shards = pickle.loads(sys.stdin.buffer.read())
+        print(len(ds), ds[4][1], ds[4][0].tolist(), len(shards), shards[2][1])
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], input=blob, capture_output=True)
+    assert out.stdout.decode().split() == ["5", "r4", "[4,", "5,", "6]", "5", "r2"], out.stderr
 
 
 def test_open_is_constant_in_record_count(tmp_path):

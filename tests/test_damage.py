@@ -17,7 +17,7 @@ from evalue_store.container import (
     encode_footer,
     parse_header,
 )
-from evalue_store.reader import Dataset
+from evalue_store.dataset.reader import Dataset
 
 
 def record(i: int) -> list:

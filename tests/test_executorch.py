@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
@@ -338,3 +339,61 @@ def test_readme_block_runs(programs, tmp_path, monkeypatch):
     with pytest.raises(InputMismatchError) as info:
         bind(pack(tmp_path / "bad.evs", records), "xor.pte")
     assert str(info.value) in " ".join(section.split())  # the message quoted in the README
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def cli(capsys, *argv) -> tuple[int, str, str]:
+    from evalue_store.cli import main
+
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_cli_verify_pte_reports_the_fit(programs, xor_file, capsys):
+    code, out, _ = cli(capsys, "verify", xor_file, "--pte", programs["static"])
+    assert code == 0, out
+    assert "every record fits 'forward'" in out
+    assert "input 0, float32 [4, 2]: field 0" in out and "input 1, int64 [4]: field 1" in out
+    assert f"{N // 4} batches of 4" in out
+    code, out, _ = cli(capsys, "verify", xor_file, "--pte", programs["dynamic"], "--json")
+    check = json.loads(out)["program_check"]
+    assert code == 0 and check["fits"] and check["batch_size"] == 64 and check["batches"] == 1
+    assert [i["expects"] for i in check["inputs"]] == ["float32 [<=64, <=2]", "int64 [<=64]"]
+
+
+def test_cli_verify_pte_names_the_record_that_does_not_fit(programs, tmp_path, capsys):
+    records = xor_examples(12)
+    records[9][1] = np.ones(1, np.int32)  # the program's label input is int64
+    path = pack(tmp_path / "bad.evs", records)
+    code, out, _ = cli(capsys, "verify", path, "--pte", programs["static"])
+    assert code == 1
+    assert "record 9, field 1: the program expects input 1 of 'forward', int64 [4]" in out
+    code, out, _ = cli(capsys, "verify", path, "--pte", programs["static"], "--json")
+    report = json.loads(out)
+    assert code == 1 and not report["ok"] and report["records"] == 12
+    assert not report["program_check"]["fits"]
+    assert report["program_check"]["mismatch"].startswith("record 9, field 1:")
+
+
+def test_cli_verify_pte_usage_errors_name_the_program(programs, xor_file, tmp_path, capsys):
+    pte = programs["static"]
+    code, _, err = cli(capsys, "verify", xor_file, "--pte", pte, "--method", "train")
+    assert code == 2 and f"{pte}: the program has no method 'train'" in err
+    code, _, err = cli(capsys, "verify", xor_file, "--pte", pte, "--batch-size", "8")
+    assert code == 2 and "takes batches of exactly 4" in err
+    code, _, err = cli(capsys, "verify", xor_file, "--pte", tmp_path / "none.pte")
+    assert code == 2 and "No such file" in err
+
+
+def test_cli_verify_pte_waits_for_a_sound_file(programs, tmp_path, capsys):
+    path = pack(tmp_path / "x.evs", xor_examples(8))
+    with open(path, "r+b") as f:  # damage the last record's bytes
+        f.seek(-200, 2)
+        byte = f.read(1)
+        f.seek(-200, 2)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    code, out, _ = cli(capsys, "verify", path, "--pte", programs["static"])
+    assert code == 1 and f"not checked against {programs['static']}" in out

@@ -20,7 +20,7 @@ from torch.utils.data import DataLoader
 
 import evalue_store as evs
 from evalue_store import cli
-from evalue_store.fields import FIELDS_KEY
+from evalue_store.dataset.fields import FIELDS_KEY
 from evalue_store.torch import EValueDataset, ShardedIterableDataset, collate
 
 NAMES = ("tokens", "label", "id")

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import evalue_store as evs
-from evalue_store import zstd_sink, zstd_source
+from evalue_store.physical import zstd_sink, zstd_source
 
 from .test_core import assert_same, records
 from .test_damage import kill_trials, record, same

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 import evalue_store as evs
-from evalue_store import remote
 from evalue_store.errors import RemoteError
+from evalue_store.physical import remote
 
 from .servers import have_nginx, nginx, s3_server
 

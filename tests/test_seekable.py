@@ -1,4 +1,4 @@
-"""Tests for evalue_store.seekable: zstd seekable-format frames and seek tables."""
+"""Tests for evalue_store.physical.seekable: zstd seekable-format frames and seek tables."""
 
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ import zstandard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from evalue_store import seekable as sk
-from evalue_store import zframe
 from evalue_store.errors import FormatError
+from evalue_store.physical import seekable as sk
+from evalue_store.physical import zframe
 
 # --- helpers -------------------------------------------------------------------------
 
@@ -479,7 +479,7 @@ def test_frames_missing_size_or_checksum_or_with_junk():
 _RLIMIT_SCRIPT = textwrap.dedent(
     """
     import resource, struct, sys
-    from evalue_store import seekable as sk
+    from evalue_store.physical import seekable as sk
     from evalue_store.errors import FormatError
 
     def vm_size():

@@ -24,7 +24,7 @@ from evalue_store.container import (
     encode_footer,
     encode_header,
 )
-from evalue_store.seekable import EMPTY_CHECKSUM, encode_seek_table, new_compressor
+from evalue_store.physical.seekable import EMPTY_CHECKSUM, encode_seek_table, new_compressor
 
 FILE_ID = bytes(range(16))
 

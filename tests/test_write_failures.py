@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import evalue_store as evs
-from evalue_store import plain, zstd_legacy, zstd_sink
+from evalue_store.physical import plain, zstd_legacy, zstd_sink
 
 
 def failing_writes(monkeypatch, fail_at: int, partial: bool = False) -> None:

@@ -20,8 +20,9 @@ import numpy as np
 import pytest
 
 import evalue_store as evs
-from evalue_store import byteio, zstd, zstd_layout
-from evalue_store.zstd_layout import (
+from evalue_store import byteio, zstd
+from evalue_store.physical import zstd_layout
+from evalue_store.physical.zstd_layout import (
     LOCATOR,
     SKIPPABLE_HEADER_SIZE,
     Extent,

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import evalue_store as evs
-from evalue_store import zframe
+from evalue_store.physical import zframe
 
 from .test_core import assert_same
 

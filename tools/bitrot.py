@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 import evalue_store as evs
-from evalue_store import zstd_layout
+from evalue_store.physical import zstd_layout
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from kill_writers import record, same  # noqa: E402

@@ -67,10 +67,12 @@ if _FUZZING:
 if _instrument is not None:
     with _instrument(include=["evalue_store"]):
         import evalue_store as evs
-        from evalue_store import java, seekable, zframe, zstd_legacy
+        from evalue_store import java
+        from evalue_store.physical import seekable, zframe, zstd_legacy
 else:
     import evalue_store as evs
-    from evalue_store import java, seekable, zframe, zstd_legacy
+    from evalue_store import java
+    from evalue_store.physical import seekable, zframe, zstd_legacy
 
 import numpy as np  # noqa: E402
 import zstandard  # noqa: E402

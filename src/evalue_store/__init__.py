@@ -1,5 +1,7 @@
 """evalue_store: memory-mapped, append-only storage for ExecuTorch EValue[] training records."""
 
+from .dataset.reader import Dataset, VerifyReport
+from .dataset.reader import open_dataset as open
 from .dtypes import BFLOAT16, bfloat16_to_float32, float32_to_bfloat16
 from .errors import (
     ClosedError,
@@ -10,8 +12,6 @@ from .errors import (
     RemoteError,
     WriterLockedError,
 )
-from .reader import Dataset, VerifyReport
-from .reader import open_dataset as open
 from .values import (
     Bool,
     Double,
@@ -32,8 +32,8 @@ from .zstd import train_dictionary
 __version__ = "0.1.0"
 
 from . import java  # noqa: E402
+from .dataset.writer import Salvage, Writer, recover  # noqa: E402  (writer records __version__)
 from .shards import ShardedDataset, ShardWriter, merge_manifests, open_shards  # noqa: E402
-from .writer import Salvage, Writer, recover  # noqa: E402  (writer records __version__)
 
 __all__ = [
     "BFLOAT16",

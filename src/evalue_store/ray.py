@@ -41,11 +41,12 @@ import numpy as np
 from ray.data import Datasink, Datasource, ReadTask, read_datasource
 from ray.data.block import BlockAccessor, BlockMetadata
 
-from . import remote
 from .arrowmap import block_columns, ray_batch
 from .container import ENTRY_SIZE
+from .dataset.fields import FIELDS_KEY
+from .dataset.writer import Writer
 from .errors import EncodeError
-from .fields import FIELDS_KEY
+from .physical import remote
 from .shards import (
     DIRECTORY_MANIFEST,
     ShardedDataset,
@@ -55,7 +56,6 @@ from .shards import (
     shard_full,
     write_manifest,
 )
-from .writer import Writer
 
 logger = logging.getLogger(__name__)
 

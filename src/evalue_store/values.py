@@ -23,7 +23,8 @@ empty list/tuple       ListInt                []
 =====================  =====================  ==========================
 
 A list mixing ints and floats (or other kinds) is ambiguous and raises EncodeError; wrap it
-(``ListDouble([1, 2.5])``) to say what you mean. The typed wrappers force a kind for any value.
+(``ListDouble([1, 2.5])``) to say what you mean. The typed wrappers choose the kind; they
+convert between numbers only, and refuse (EncodeError) a value of another kind.
 """
 
 from __future__ import annotations
@@ -135,8 +136,16 @@ def _torch_to_numpy(tensor: Any) -> np.ndarray:
     return tensor.numpy()
 
 
+def _scalar(value: Any) -> Any:
+    """A 0-d array's item; anything else unchanged."""
+    return value.item() if isinstance(value, np.ndarray) and value.ndim == 0 else value
+
+
 def check_int(value: Any) -> int:
-    if isinstance(value, float) and not value.is_integer():
+    value = _scalar(value)
+    if isinstance(value, (float, np.floating)) and float(value).is_integer():
+        value = int(value)
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
         raise EncodeError(f"Int needs an integer, not {value!r}")
     number = int(value)
     if not INT64_MIN <= number <= INT64_MAX:
@@ -231,18 +240,51 @@ def _coerce(kind: Kind, value: Any) -> Any:
             return bytes(value)
         raise EncodeError(f"String needs str or bytes, not {type(value).__name__}")
     if kind is Kind.DOUBLE:
-        return float(value)
+        return _check_double(value)
     if kind is Kind.INT:
         return check_int(value)
     if kind is Kind.BOOL:
-        return bool(value)
+        return _check_bool(value)
+    if isinstance(value, (str, bytes, bytearray, memoryview, dict)) or not hasattr(
+        value, "__iter__"
+    ):
+        raise EncodeError(f"{_LIST_NAMES[kind]} needs a list, not {type(value).__name__}")
     items = list(value)
     if kind is Kind.LIST_BOOL:
-        return [bool(x) for x in items]
+        return [_check_bool(x) for x in items]
     if kind is Kind.LIST_DOUBLE:
-        return [float(x) for x in items]
+        return [_check_double(x) for x in items]
     if kind is Kind.LIST_INT:
         return [check_int(x) for x in items]
     if kind is Kind.LIST_TENSOR:
         return [as_array(x) for x in items]
     return [None if x is None else as_array(x) for x in items]
+
+
+_LIST_NAMES = {
+    Kind.LIST_BOOL: "ListBool",
+    Kind.LIST_DOUBLE: "ListDouble",
+    Kind.LIST_INT: "ListInt",
+    Kind.LIST_TENSOR: "ListTensor",
+    Kind.LIST_OPTIONAL_TENSOR: "ListOptionalTensor",
+}
+
+
+def _check_double(value: Any) -> float:
+    """A real number as a float; strings and bools are refused rather than converted."""
+    value = _scalar(value)
+    if isinstance(value, (bool, np.bool_)) or not isinstance(
+        value, (int, float, np.integer, np.floating)
+    ):
+        raise EncodeError(f"Double needs a real number, not {value!r}")
+    return float(value)
+
+
+def _check_bool(value: Any) -> bool:
+    """A bool; the integers 0 and 1 are accepted as False and True, nothing else."""
+    value = _scalar(value)
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, np.integer)) and value in (0, 1):
+        return bool(value)
+    raise EncodeError(f"Bool needs a bool, not {value!r}")

@@ -1,146 +1,30 @@
-"""The zstd frame layer: the container's bytes stored as standard zstd frames.
+"""Compressed files (docs/FRAMES.md): the public API of the zstd physical variant.
 
-The logical byte stream is exactly a plain container (docs/FORMAT.md), so ``zstd -d`` turns
-a compressed file back into it. New files use layout 2, whose per-commit index blocks let a
-lookup read one locator and the frames holding the record (``zstd_source``, ``zstd_sink``);
-layout-1 files (a seek table per commit) stay readable and appendable (``zstd_legacy``).
-The layout is told from the file's first frame. See docs/FRAMES.md.
+``open_reader`` opens a compressed container through any byte reader (``byteio``), such as
+a remote one; ``train_dictionary`` and ``read_dictionary_file`` make and extract the
+dictionary a writer stores once; ``is_compressed`` tells a compressed file from its first
+bytes. The implementation is ``evalue_store.physical.zstd`` and the modules beside it,
+which may change; these names are the ones to use.
 """
 
-from __future__ import annotations
-
-import os
-from typing import Any
-
-import zstandard
-
-from . import zstd_legacy as legacy
-from .bounded import open_regular
-from .byteio import FdReader
-from .container import (
-    DEFAULT_VERSION,
-    Commit,
-    Header,
-    checksum_function,
-    open_container,
-    version_flags,
+from .physical.zstd import (
+    DEFAULT_CACHE_BYTES,
+    DEFAULT_FRAME_SIZE,
+    MAX_DICT_SIZE,
+    MAX_FRAME_SIZE,
+    is_compressed,
+    open_reader,
+    read_dictionary_file,
+    train_dictionary,
 )
-from .errors import FormatError
-from .plain import pwrite_all
-from .zframe import SKIPPABLE_HEADER
-from .zstd_layout import LAYOUT_MAGIC, find_last_block, layout_frame, read_layout
-from .zstd_sink import GroupState, ZstdFile, ZstdSink
-from .zstd_source import ZstdSource
 
-ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
-_LAYOUT_MAGIC = SKIPPABLE_HEADER.pack(LAYOUT_MAGIC, 0)[:4]
-DEFAULT_FRAME_SIZE = 8 << 10  # measured: W1 size 0.38x raw (4 KiB: 0.40x), gets as fast
-MAX_FRAME_SIZE = legacy.MAX_FRAME_SIZE  # the largest frame a writer makes; readers' cap
-DEFAULT_CACHE_BYTES = 32 << 20
-MAX_DICT_SIZE = legacy.MAX_DICT_SIZE
-
-
-def is_compressed(prefix: bytes) -> bool:
-    """True for a file that starts with a layout frame, a zstd frame or a dictionary frame."""
-    return prefix[:4] in (_LAYOUT_MAGIC, ZSTD_MAGIC, legacy.DICT_MAGIC)
-
-
-def open_reader(
-    reader: Any, *, cache_bytes: int = DEFAULT_CACHE_BYTES, max_frame_size: int = MAX_FRAME_SIZE
-) -> tuple[Any, Header, Commit]:
-    """A source over a compressed file read through ``reader`` (``byteio``: local or remote),
-    its header and last commit. The source owns the reader."""
-    try:
-        if bytes(reader.pread(0, 4)) == _LAYOUT_MAGIC:
-            source: Any = ZstdSource(reader, cache_bytes=cache_bytes, max_frame_size=max_frame_size)
-        else:
-            source = legacy.ZstdSource(
-                reader, cache_bytes=cache_bytes, max_frame_size=max_frame_size
-            )
-    except BaseException:
-        reader.close()
-        raise
-    try:
-        header, commit = open_container(source)
-    except BaseException:
-        source.close()
-        raise
-    return source, header, commit
-
-
-def open_zstd(
-    fd: int, size: int, *, cache_bytes: int, max_frame_size: int
-) -> tuple[Any, Header, Commit]:
-    """Open the compressed file at ``fd`` (the source takes the descriptor)."""
-    reader = FdReader(fd, size, owns_fd=True)
-    return open_reader(reader, cache_bytes=cache_bytes, max_frame_size=max_frame_size)
-
-
-def new_zstd_sink(fd: int, dictionary: bytes | None, *, level: int, frame_size: int) -> ZstdSink:
-    """A sink for a new, empty file: it starts with the layout frame."""
-    head = layout_frame(dictionary)
-    pwrite_all(fd, memoryview(head), 0)
-    state = GroupState(physical=len(head), logical=0, layout_end=len(head))
-    return ZstdSink(fd, state, dictionary=dictionary, level=level, frame_size=frame_size)
-
-
-def append_state(fd: int, size: int, path: str) -> ZstdFile | legacy.ZstdFile:
-    """The state of an existing compressed file opened for appending: an append goes on in
-    the file's own layout."""
-    if os.pread(fd, 4, 0) == _LAYOUT_MAGIC:
-        return ZstdFile(fd, size, path)
-    return legacy.ZstdFile(fd, size, path)
-
-
-def died_before_first_commit(fd: int, size: int) -> bytes | None:
-    """For a compressed file whose writer died while creating it (nothing committed): its
-    dictionary (b"" if none). None for any other file."""
-    reader = FdReader(fd, size)
-    if os.pread(fd, 4, 0) != _LAYOUT_MAGIC:
-        return legacy.died_before_first_commit(reader)
-    try:
-        layout_end, dictionary = read_layout(reader)
-        if find_last_block(reader, size, layout_end) is not None:
-            return None
-    except FormatError:
-        return None
-    return legacy.restart_dictionary(reader, layout_end, dictionary)
-
-
-def train_dictionary(records: Any, size: int = 64 << 10, alignment: int = 64) -> bytes:
-    """Train a zstd dictionary on sample records (lists of values), for ``Writer(dictionary=)``.
-
-    Small records compress poorly one frame at a time; a dictionary trained on a few
-    hundred typical records recovers most of what whole-file compression would gain.
-    """
-    from .codec import encode_record
-    from .fields import Fields
-
-    checksum = checksum_function(version_flags(DEFAULT_VERSION))  # as a new file's records
-
-    samples = []
-    for record in records:
-        values, _ = Fields().values(record)  # a dict record: its values, as a writer stores
-        chunks, _, _ = encode_record(values, alignment, checksum)
-        samples.append(b"".join(bytes(memoryview(c).cast("B")) for c in chunks))
-    if len(samples) < 8:
-        raise ValueError(
-            f"training a dictionary needs at least 8 sample records, got {len(samples)}"
-        )
-    try:
-        trained = zstandard.train_dictionary(size, samples)
-    except zstandard.ZstdError as exc:
-        raise ValueError(f"zstd could not train a dictionary from these samples: {exc}") from None
-    return trained.as_bytes()
-
-
-def read_dictionary_file(path: str | os.PathLike) -> bytes | None:
-    """The dictionary stored in a compressed container (for ``zstd -d -D``), or None."""
-    fd = open_regular(os.fspath(path))  # a FIFO would block
-    reader = FdReader(fd, os.fstat(fd).st_size, owns_fd=True)
-    try:
-        if bytes(reader.pread(0, 4)) == _LAYOUT_MAGIC:
-            return read_layout(reader)[1]
-        return legacy.read_dictionary(reader, reader.size)
-    finally:
-        reader.close()
+__all__ = [
+    "DEFAULT_CACHE_BYTES",
+    "DEFAULT_FRAME_SIZE",
+    "MAX_DICT_SIZE",
+    "MAX_FRAME_SIZE",
+    "is_compressed",
+    "open_reader",
+    "read_dictionary_file",
+    "train_dictionary",
+]

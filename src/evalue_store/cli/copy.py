@@ -12,9 +12,9 @@ from typing import Any, Callable
 import evalue_store as evs
 
 from ..container import valid_alignment
-from ..fields import FIELDS_KEY
-from ..writer import MIN_FRAME_SIZE
-from ..zstd import DEFAULT_FRAME_SIZE, MAX_FRAME_SIZE
+from ..dataset.fields import FIELDS_KEY
+from ..dataset.writer import MIN_FRAME_SIZE
+from ..physical.zstd import DEFAULT_FRAME_SIZE, MAX_FRAME_SIZE
 from .output import new_file, output_writer, refuse_container, refuse_overwrite, replacing
 from .registry import (
     at_least_one,

@@ -16,7 +16,7 @@ import evalue_store as evs
 
 from ..container import MAGIC
 from ..files import fsync_dir, open_locked, replace_held, replace_locked
-from ..zstd import is_compressed
+from ..physical.zstd import is_compressed
 from .render import PROG, CliError
 
 LOCKED = "a running writer has this file open; not replaced (wait until it exits)"

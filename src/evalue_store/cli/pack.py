@@ -21,7 +21,7 @@ from tqdm import tqdm
 import evalue_store as evs
 
 from .. import java
-from ..fields import FIELDS_KEY
+from ..dataset.fields import FIELDS_KEY
 from ..files import fsync_dir
 from .output import new_file, output_writer, refuse_overwrite
 from .registry import command, file_arg, format_version_arg, json_object

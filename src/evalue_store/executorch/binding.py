@@ -20,9 +20,9 @@ from typing import Any, NamedTuple, Union
 import numpy as np
 import torch
 
+from ..dataset.reader import Dataset, open_dataset
 from ..dtypes import BFLOAT16
 from ..errors import FormatError, InputMismatchError
-from ..reader import Dataset, open_dataset
 from ..shards import ShardedDataset, open_shards
 from ..torch import as_torch
 from .program import InputSpec, MethodInputs, Program, read_method_inputs

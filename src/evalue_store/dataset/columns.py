@@ -25,12 +25,12 @@ from typing import Any
 
 import numpy as np
 
-from .codec import compile_layout, encode_record
-from .codec.batch import encode_batch
-from .codec.kinds import S_BOOL, S_BYTES, S_NONE, S_SCALAR, S_TENSOR, S_TEXT
-from .container import ENTRY, ENTRY_DTYPE, FRAME_SIZE
-from .errors import EncodeError
-from .values import INT64_MAX, Kind, Typed, _is_torch_tensor, as_array
+from ..codec import compile_layout, encode_record
+from ..codec.batch import encode_batch
+from ..codec.kinds import S_BOOL, S_BYTES, S_NONE, S_SCALAR, S_TENSOR, S_TEXT
+from ..container import ENTRY, ENTRY_DTYPE, FRAME_SIZE
+from ..errors import EncodeError
+from ..values import INT64_MAX, Kind, Typed, _is_torch_tensor, as_array
 
 _SCALAR_KINDS = {"i": int, "u": int, "f": float, "b": bool}
 

@@ -23,13 +23,13 @@ from typing import Any
 
 import numpy as np
 
+from ..codec import compile_layout
+from ..codec.batch import decode_batch
+from ..container import ENTRY_DTYPE, FRAME_SIZE
+from ..dtypes import BFLOAT16
+from ..errors import FormatError
+from ..values import _is_torch_tensor
 from . import indexing
-from .codec import compile_layout
-from .codec.batch import decode_batch
-from .container import ENTRY_DTYPE, FRAME_SIZE
-from .dtypes import BFLOAT16
-from .errors import FormatError
-from .values import _is_torch_tensor
 
 Batch = Any  # dict[str, Any] | list[Any]
 Out = Mapping[Any, Any] | None

@@ -20,10 +20,14 @@ from typing import Any
 
 import numpy as np
 
-from . import batch, indexing, remote, remote_shards
-from .batch import Batch, Out
-from .errors import LIMIT, MANIFEST, FormatError
-from .indexing import Index
+from ..dataset import batch, indexing
+from ..dataset.batch import Batch, Out
+from ..dataset.indexing import Index
+from ..dataset.reader import Dataset, open_dataset
+from ..errors import LIMIT, MANIFEST, FormatError
+from ..physical import remote
+from ..physical.zstd import DEFAULT_CACHE_BYTES, MAX_FRAME_SIZE
+from . import remote as remote_shards
 from .manifest import (  # noqa: F401  (re-exported: the manifest API is this module's too)
     DIRECTORY_MANIFEST,
     MANIFEST_FORMAT,
@@ -45,9 +49,7 @@ from .manifest import (  # noqa: F401  (re-exported: the manifest API is this mo
     read_manifest,
     write_manifest,
 )
-from .reader import Dataset, open_dataset
-from .shard_writer import ShardWriter, shard_full  # noqa: F401  (re-exported)
-from .zstd import DEFAULT_CACHE_BYTES, MAX_FRAME_SIZE
+from .writer import ShardWriter, shard_full  # noqa: F401  (re-exported)
 
 # ---------------------------------------------------------------------------- reading
 

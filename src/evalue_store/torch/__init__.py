@@ -14,8 +14,8 @@ see the change, so transforms should not modify tensors in place.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Collection, Hashable, Iterator, Mapping, Sequence
-from typing import Any, NamedTuple
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -31,30 +31,22 @@ except ModuleNotFoundError as exc:  # evalue_store itself never needs torch
 import torch.distributed as dist
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
-from . import batch, indexing
-from .buffers import private
-from .dtypes import BFLOAT16
-from .shards import ShardedDataset, Source, open_shards
+from ..dataset import batch, indexing
+from ..shards import ShardedDataset, Source, open_shards
+from .collate import BatchSamples, Columns, Padded, as_torch, as_torch_record, collate
+
+__all__ = [
+    "BatchSamples",
+    "EValueDataset",
+    "Padded",
+    "ShardedIterableDataset",
+    "as_torch",
+    "as_torch_record",
+    "collate",
+]
 
 STATE_VERSION = 1
 FETCH = 64  # records read per get_many in the iterable dataset
-
-
-def as_torch(value: Any) -> Any:
-    """A decoded value with numpy arrays turned into writable tensors that no later read
-    shares: big ones without a copy (``evalue_store.buffers.private``), small ones copied.
-
-    Tensor lists (ListTensor, ListOptionalTensor) become lists of tensors (None kept);
-    every other kind is returned as is.
-    """
-    if isinstance(value, np.ndarray):
-        value = private(value)  # writable, and no later read shares its memory
-        if value.dtype == BFLOAT16:
-            return torch.from_numpy(value.view(np.int16)).view(torch.bfloat16)
-        return torch.from_numpy(value)
-    if isinstance(value, list) and value and (value[0] is None or isinstance(value[0], np.ndarray)):
-        return [None if v is None else as_torch(v) for v in value]
-    return value
 
 
 def _open(
@@ -65,13 +57,6 @@ def _open(
             raise ValueError("pass as_dict to open_shards for a ShardedDataset source")
         return source
     return open_shards(source, backend=backend, verify=verify, as_dict=as_dict)
-
-
-def as_torch_record(record: list | dict) -> list | dict:
-    """A record (a list, or a dict from ``as_dict``) with its values through ``as_torch``."""
-    if isinstance(record, dict):
-        return {name: as_torch(v) for name, v in record.items()}
-    return [as_torch(v) for v in record]
 
 
 class EValueDataset(Dataset):
@@ -119,197 +104,11 @@ class EValueDataset(Dataset):
         collate_fn sees an ordinary sequence of samples."""
         if self.transform is not None:
             return [self._sample(r) for r in self.data.get_many(indices)]
-        made = _Columns()
+        made = Columns()
         columns = batch.sharded_batch(self.data, indices, new=made.new)
         items = columns.items() if isinstance(columns, dict) else enumerate(columns)
         torch_columns = {key: made.to_torch(column) for key, column in items}
         return BatchSamples(torch_columns, len(indices), self.data.open_options["as_dict"])
-
-
-_TORCH_DTYPES: dict[np.dtype, torch.dtype] = {BFLOAT16: torch.bfloat16}
-
-
-def _torch_dtype(dtype: np.dtype) -> torch.dtype:
-    found = _TORCH_DTYPES.get(dtype)
-    if found is None:
-        found = _TORCH_DTYPES[dtype] = torch.from_numpy(np.empty(0, dtype)).dtype
-    return found
-
-
-def _numpy_of(tensor: torch.Tensor) -> np.ndarray:
-    if tensor.dtype == torch.bfloat16:
-        return tensor.view(torch.int16).numpy().view(BFLOAT16)
-    return tensor.numpy()
-
-
-class _Columns:
-    """Allocates a batch's stacked columns as tensors and knows each one's tensor."""
-
-    def __init__(self) -> None:
-        self.made: dict[int, tuple[np.ndarray, torch.Tensor]] = {}  # keeps arrays alive
-
-    def new(self, shape: tuple, dtype: np.dtype) -> np.ndarray:
-        """A column's buffer: a tensor's numpy view; in a DataLoader worker the tensor is
-        in shared memory (as default_collate makes it), so that handing the batch to the
-        main process does not copy it again."""
-        tensor = torch.empty(shape, dtype=_torch_dtype(dtype))
-        if get_worker_info() is not None:
-            tensor.share_memory_()
-        array = _numpy_of(tensor)
-        self.made[id(array)] = (array, tensor)
-        return array
-
-    def to_torch(self, column: Any) -> Any:
-        if isinstance(column, np.ndarray):
-            array, tensor = self.made.get(id(column), (None, None))
-            return tensor if array is column else as_torch(column)
-        if isinstance(column, torch.Tensor):
-            return column
-        if not any(isinstance(v, (np.ndarray, list)) for v in column):
-            return column  # strings, numbers, None: as they are
-        return [as_torch(v) for v in column]
-
-
-class BatchSamples(Sequence):
-    """A batch from ``EValueDataset.__getitems__``: its fields as columns (stacked tensors,
-    or lists), and, as a sequence, its samples (built on demand from rows of the columns:
-    a scalar field's value is then a 0-d tensor, which default_collate stacks alike)."""
-
-    def __init__(self, columns: dict, count: int, as_dict: bool):
-        self.columns = columns  # by field name, or position
-        self.count = count
-        self.as_dict = as_dict
-
-    def __len__(self) -> int:
-        return self.count
-
-    def __getitem__(self, k: Any) -> Any:
-        if isinstance(k, slice):
-            return [self[j] for j in range(*k.indices(self.count))]
-        k = indexing.one(k, self.count)
-        values = {key: column[k] for key, column in self.columns.items()}
-        return values if self.as_dict else list(values.values())
-
-    def collated(self, pad: Collection[Hashable] | None, pad_value: float) -> Any:
-        """What ``collate`` gives for these samples, from the columns."""
-        out = {}
-        for position, (key, column) in enumerate(self.columns.items()):
-            name = key if self.as_dict else position
-            if isinstance(column, torch.Tensor) and not (pad and name in pad):
-                out[name] = column
-            else:
-                items = list(column.unbind(0)) if isinstance(column, torch.Tensor) else column
-                out[name] = _collate_field(items, None if pad is None else name in pad, pad_value)
-        return out if self.as_dict else list(out.values())
-
-
-# ----------------------------------------------------------------------------- collate
-
-
-class Padded(NamedTuple):
-    """A batch of tensors that differ in their first dimension, padded to the longest.
-
-    ``values``: [B, L, *rest], padded with ``pad_value`` after each sample's own length;
-    ``lengths``: int64 [B]; ``mask``: bool [B, L], True where ``values`` holds real data.
-    """
-
-    values: torch.Tensor
-    lengths: torch.Tensor
-    mask: torch.Tensor
-
-
-def _empty(shape: Sequence[int], like: torch.Tensor) -> torch.Tensor:
-    """An uninitialized tensor; in a DataLoader worker, in shared memory (as default_collate
-    does) so that sending the batch to the main process does not copy it again."""
-    if get_worker_info() is None:
-        return torch.empty(tuple(shape), dtype=like.dtype)
-    storage = like._typed_storage()._new_shared(int(np.prod(shape)), device=like.device)
-    return like.new(storage).resize_(tuple(shape))
-
-
-def _pad(tensors: Sequence[torch.Tensor], pad_value: float) -> Padded:
-    first = tensors[0]
-    rest = first.shape[1:]
-    if first.ndim == 0 or any(t.shape[1:] != rest or t.dtype != first.dtype for t in tensors):
-        shapes = sorted({(tuple(t.shape), str(t.dtype)) for t in tensors})
-        raise ValueError(
-            f"cannot stack or pad tensors of shapes/dtypes {shapes[:4]}: only the first "
-            "dimension may differ; pass your own collate_fn"
-        )
-    lengths = torch.tensor([len(t) for t in tensors], dtype=torch.int64)
-    longest = int(lengths.max())
-    values = _empty((len(tensors), longest, *rest), first).fill_(pad_value)
-    for row, t in zip(values, tensors):
-        row[: len(t)] = t
-    mask = torch.arange(longest) < lengths[:, None]
-    return Padded(values, lengths, mask)
-
-
-def _collate_field(items: list, pad: bool | None, pad_value: float) -> Any:
-    kinds = {type(v) for v in items}  # sets, not all(...): collate runs for every batch
-    kind = kinds.pop() if len(kinds) == 1 else None
-    if kind is not None and issubclass(kind, torch.Tensor):
-        same = len({(t.shape, t.dtype) for t in items}) == 1
-        if pad or (pad is None and not same):
-            return _pad(items, pad_value)
-        if not same:
-            raise ValueError("tensors of one field differ in shape or dtype; add it to `pad`")
-        first = items[0]
-        return torch.stack(items, out=_empty((len(items), *first.shape), first))
-    if kind in (bool, int, float):
-        return torch.tensor(
-            items, dtype={bool: torch.bool, int: torch.int64}.get(kind, torch.float64)
-        )
-    return items
-
-
-def collate(
-    batch: Sequence[Any],
-    *,
-    pad: Collection[Hashable] | None = None,
-    pad_value: float = 0,
-) -> Any:
-    """Collate samples field by field; pass it (or a ``functools.partial``) as collate_fn.
-
-    Samples are lists/tuples (fields by position; the result is a list), dicts (fields by
-    key; the result is a dict) or single values (treated as field 0; the result is the
-    collated field). Per field:
-
-    * tensors of one shape and dtype -> stacked, [B, *shape];
-    * tensors whose first dimension differs -> ``Padded(values, lengths, mask)``;
-    * Python bool / int / float -> a bool / int64 / float64 tensor [B];
-    * anything else (str, bytes, None, lists, tensor lists, mixed kinds) -> a list of B items.
-
-    With ``pad=None`` a field is padded only when its shapes differ in this batch, so its
-    type can change from batch to batch; name the variable-length fields in ``pad`` (e.g.
-    ``partial(collate, pad={0})``) to always get ``Padded`` for them and stacking for others.
-    """
-    if not batch:
-        raise ValueError("cannot collate an empty batch")
-    if isinstance(batch, BatchSamples):
-        return batch.collated(pad, pad_value)
-
-    def field(key: Hashable, items: list) -> Any:
-        return _collate_field(items, None if pad is None else key in pad, pad_value)
-
-    first = batch[0]
-    if isinstance(first, Mapping):
-        for i, sample in enumerate(batch):
-            if not isinstance(sample, Mapping) or sample.keys() != first.keys():
-                keys = sorted(map(str, sample.keys())) if isinstance(sample, Mapping) else None
-                raise ValueError(
-                    f"sample {i} of the batch has fields {keys}, sample 0 has "
-                    f"{sorted(map(str, first.keys()))}"
-                )
-        return {key: field(key, [s[key] for s in batch]) for key in first}
-    if isinstance(first, (list, tuple)):
-        if any(len(s) != len(first) for s in batch):
-            raise ValueError("samples in a batch have different numbers of fields")
-        return [field(k, [s[k] for s in batch]) for k in range(len(first))]
-    return field(0, list(batch))
-
-
-# ----------------------------------------------------------------------------- iterable
 
 
 def _rank_and_world(rank: int | None, world_size: int | None) -> tuple[int, int]:

@@ -12,7 +12,7 @@ from typing import Any
 
 import zstandard
 
-from .container import FRAME_SIZE, Header, align_up
+from ..container import FRAME_SIZE, Header, align_up
 from .salvage import Salvage, scan_tail, side_file
 from .zframe import FrameError, check_frame, decompress_into, frame_checksum
 

@@ -1,8 +1,12 @@
 """The physical variants a container is stored as, told apart by the file's first bytes.
 
 ``plain``: the file is the container. ``zstd``: the container stored as zstd frames
-(docs/FRAMES.md). Both give readers a source (see ``plain`` for the protocol)
-and writers a sink; everything above this module works the same on either.
+(docs/FRAMES.md): ``zstd_source`` / ``zstd_sink`` / ``zstd_layout`` for layout 2,
+``zstd_legacy`` and ``seekable`` for layout 1, ``zframe`` for one frame, ``zsalvage`` for a
+crashed writer's frames. ``remote`` reads either variant from object storage
+(``remote_cache``: whole local copies); ``salvage`` is the tail recovery both share. Every
+variant gives readers a source (see ``plain`` for the protocol) and writers a sink; this
+module picks one, and everything above it works the same on either.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from .container import Commit, Header
+from ..container import Commit, Header
 from .plain import PlainFile, PlainSink, open_plain
 from .zstd import append_state, died_before_first_commit, is_compressed, new_zstd_sink, open_zstd
 

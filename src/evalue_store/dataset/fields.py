@@ -21,8 +21,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from .container import parse_metadata
-from .errors import EncodeError, FormatError
+from ..container import parse_metadata
+from ..errors import EncodeError, FormatError
 
 FIELDS_KEY = "evalue_store.fields"
 

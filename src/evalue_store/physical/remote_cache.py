@@ -15,8 +15,8 @@ import posixpath
 import tempfile
 from typing import Any
 
-from .errors import FormatError
-from .files import fsync_dir
+from ..errors import FormatError
+from ..files import fsync_dir
 from .remote import RemoteReader, identity, stat
 
 PIECE = 8 << 20  # bytes per ranged GET of a download

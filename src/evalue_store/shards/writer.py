@@ -7,10 +7,12 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from . import remote, remote_shards
-from .container import ENTRY_SIZE
-from .errors import ClosedError
-from .fields import FIELDS_KEY, Fields
+from ..container import ENTRY_SIZE
+from ..dataset.fields import FIELDS_KEY, Fields
+from ..dataset.writer import Writer
+from ..errors import ClosedError
+from ..physical import remote
+from . import remote as remote_shards
 from .manifest import (
     DIRECTORY_MANIFEST,
     MANIFEST_SUFFIX,
@@ -21,7 +23,6 @@ from .manifest import (
     manifest_doc,
     write_manifest,
 )
-from .writer import Writer
 
 
 def _default_manifest(pattern: str) -> str:

@@ -28,11 +28,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Union
 
-from .bounded import open_regular
-from .container import encode_footer
-from .errors import MANIFEST, FormatError
-from .files import fsync_dir, new_file_mode
-from .reader import Dataset, open_dataset
+from ..bounded import open_regular
+from ..container import encode_footer
+from ..dataset.reader import Dataset, open_dataset
+from ..errors import MANIFEST, FormatError
+from ..files import fsync_dir, new_file_mode
 
 MANIFEST_FORMAT = "evalue_store.shards"
 MANIFEST_VERSION = 1

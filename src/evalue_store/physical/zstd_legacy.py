@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 import zstandard
 
-from .byteio import FdReader
-from .container import ENTRY, MAGIC, Commit, Header, open_container, parse_footer_at
-from .errors import FormatError
+from ..byteio import FdReader
+from ..container import ENTRY, MAGIC, Commit, Header, open_container, parse_footer_at
+from ..errors import FormatError
 from .plain import pwrite_all
 from .seekable import (
     EMPTY_CHECKSUM,

@@ -12,9 +12,9 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from .codec import decode_payload
-from .container import Header, align_up, scan_frames
-from .files import fsync_dir
+from ..codec import decode_payload
+from ..container import Header, align_up, scan_frames
+from ..files import fsync_dir
 
 CHUNK = 1 << 20  # bytes copied to a side file at a time
 

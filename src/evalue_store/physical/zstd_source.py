@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 import zstandard
 
-from .container import ENTRY, ENTRY_DTYPE, FRAME, FRAME_MAGIC, Commit, Header, parse_footer_at
-from .errors import FormatError
+from ..container import ENTRY, ENTRY_DTYPE, FRAME, FRAME_MAGIC, Commit, Header, parse_footer_at
+from ..errors import FormatError
 from .zframe import (
     FrameError,
     aligned_bytes,

@@ -17,9 +17,9 @@ import shutil
 import tempfile
 from typing import Any
 
-from .errors import LIMIT, MANIFEST, FormatError
-from .remote import _retrying, resolve
-from .writer import Writer
+from ..dataset.writer import Writer
+from ..errors import LIMIT, MANIFEST, FormatError
+from ..physical.remote import _retrying, resolve
 
 MAX_MANIFEST = 256 << 20  # a manifest is JSON for the whole dataset: refuse more than this
 

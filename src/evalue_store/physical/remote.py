@@ -20,8 +20,8 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from .container import Commit, Header, open_container
-from .errors import TRUNCATED, Error, FormatError, RemoteError
+from ..container import Commit, Header, open_container
+from ..errors import TRUNCATED, Error, FormatError, RemoteError
 from .plain import CHUNK, _PlainSource, aligned_buffer
 from .zstd import is_compressed, open_reader
 

@@ -8,10 +8,10 @@ from typing import Any
 
 import numpy as np
 
-from . import bounded
-from .bounded import SHADOWED
-from .container import ENTRY_SIZE, FRAME_SIZE, Commit, parse_footer_from
-from .errors import FormatError
+from .. import bounded
+from ..bounded import SHADOWED
+from ..container import ENTRY_SIZE, FRAME_SIZE, Commit, parse_footer_from
+from ..errors import FormatError
 
 MAX_LISTED = 1000  # bad records verify lists one by one (it counts the others)
 

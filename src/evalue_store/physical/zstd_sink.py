@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 import zstandard
 
-from .byteio import FdReader
-from .container import (
+from ..byteio import FdReader
+from ..container import (
     ENTRY_DTYPE,
     ENTRY_SIZE,
     FOOTER_FIXED,
@@ -24,7 +24,7 @@ from .container import (
     SEGMENT,
     open_container,
 )
-from .errors import FormatError
+from ..errors import FormatError
 from .plain import pwrite_all
 from .zframe import (
     FrameCutter,

@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from .buffers import close_map, map_file
-from .container import (
+from ..buffers import close_map, map_file
+from ..container import (
     ENTRY,
     ENTRY_SIZE,
     Commit,
@@ -33,7 +33,7 @@ from .container import (
     find_last_commit,
     open_container,
 )
-from .errors import FormatError
+from ..errors import FormatError
 from .salvage import Salvage, scan_tail, side_file
 
 CHUNK = 1 << 20  # bytes per piece of a sequential pass

@@ -17,8 +17,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from . import container
-from .errors import FormatError
+from .. import container
+from ..errors import FormatError
 from .zframe import SKIPPABLE_HEADER, SKIPPABLE_HEADER_SIZE
 
 checksum = container.crc32c  # CRC-32C, whatever the container's (FRAMES.md section 6)

@@ -29,7 +29,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import zstandard
 
-from .errors import FormatError
+from ..errors import FormatError
 from .zframe import (
     DEFAULT_LEVEL,
     MAGIC_NUMBER,

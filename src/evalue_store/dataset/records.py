@@ -1,287 +1,36 @@
-"""Reader: random access to committed records, tensors as zero-copy views."""
+"""Reading the records of an open container: index lookups, one record's checks and decoding,
+batched reads and the sequential scan.
+
+``Records`` is the part of ``Dataset`` that reads; ``reader`` opens the file, owns its
+lifecycle (refresh, close, pickling) and the attributes used here: ``_source`` (the physical
+variant's source), ``header``, ``commit``, ``_segments`` / ``_starts`` (the index),
+``_checksum``, ``_crc_on_read``, ``_offsets_in`` and the layout caches.
+"""
 
 from __future__ import annotations
 
 import bisect
-import os
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
-from . import batch, bounded, indexing, remote, remote_cache
+from .. import bounded
+from ..bounded import SHADOWED
+from ..codec import compile_layout, decode_payload
+from ..container import ENTRY, ENTRY_DTYPE, ENTRY_SIZE, FRAME_SIZE, check_frame
+from ..errors import CHECKSUM, LIMIT, OUT_OF_BOUNDS, ClosedError, FormatError
+from . import batch, indexing
 from .batch import Batch, Out
-from .bounded import SHADOWED
-from .codec import compile_layout, decode_payload
-from .container import (
-    ENTRY,
-    ENTRY_DTYPE,
-    ENTRY_SIZE,
-    FRAME_SIZE,
-    Commit,
-    Header,
-    check_frame,
-    parse_metadata,
-)
-from .errors import CHECKSUM, LIMIT, OUT_OF_BOUNDS, ClosedError, FormatError
-from .fields import stored_names, to_dict
+from .fields import to_dict
 from .indexing import Index
-from .physical import open_source
-from .verify import VerifyReport, verify_dataset
-from .zstd import DEFAULT_CACHE_BYTES, MAX_FRAME_SIZE
 
 MAX_LAYOUTS = 1024  # record structures remembered per reader (bounded: lengths may all differ)
 SCAN_CHUNK = 512  # index entries a scan decodes at a time
-OPEN_ATTEMPTS = 5  # opens retried while a writer changes the file's tail underneath
 
 
-class Dataset:
-    """Read-only view of a container's last commit. Build it with ``evalue_store.open``.
-
-    Pickling sends only the path and options; the copy reopens lazily on first use, which is
-    what DataLoader workers need. ``refresh()`` picks up commits made since opening.
-    """
-
-    def __init__(
-        self,
-        path: str | os.PathLike,
-        *,
-        backend: str = "mmap",
-        verify: bool = True,
-        cache_bytes: int = DEFAULT_CACHE_BYTES,
-        max_frame_size: int = MAX_FRAME_SIZE,
-        max_record_bytes: int | None = None,
-        as_dict: bool = False,
-        filesystem: Any = None,
-        storage_options: dict | None = None,
-        cache_dir: str | os.PathLike | None = None,
-    ):
-        if backend not in ("mmap", "pread"):
-            raise ValueError(f"backend must be 'mmap' or 'pread', not {backend!r}")
-        self.path = os.fspath(path)
-        self.backend = backend
-        self.verify_reads = verify
-        self.cache_bytes = cache_bytes
-        self.max_frame_size = max_frame_size
-        self.max_record_bytes = max_record_bytes
-        self.as_dict = as_dict
-        self.filesystem = filesystem
-        self._file = self.path  # a local path resolved now: refresh() ignores a chdir
-        if filesystem is None and not remote.is_url(self.path):
-            self._file = os.path.abspath(self.path)
-        self.storage_options = storage_options
-        self.cache_dir = None if cache_dir is None else os.fspath(cache_dir)
-        self._source: Any = None
-        self._load()
-        if as_dict:
-            try:
-                self._dict_names()  # an unnamed file is an error now, not at the first read
-            except BaseException:
-                self.close()
-                raise
-
-    # ------------------------------------------------------------------ opening
-
-    def _load(self) -> None:
-        """Open the file at its last commit. A writer may be cutting off an uncommitted tail
-        (abort, recovery) while the tail is searched: a FormatError from a file whose size
-        changed meanwhile is that race, and the open is tried again."""
-        path = self._file
-        if self.filesystem is not None or remote.is_url(path):
-            fs, inner, url = remote.resolve(path, self.filesystem, self.storage_options)
-            if self.cache_dir is None:
-                source, header, commit, self._identity = remote.open_remote(
-                    fs,
-                    inner,
-                    url,
-                    cache_bytes=self.cache_bytes,
-                    max_frame_size=self.max_frame_size,
-                )
-                self._install(source, header, commit, self._identity[0] - source.physical_end)
-                return
-            path = remote_cache.local_copy(fs, inner, url, self.cache_dir)
-        for attempt in range(OPEN_ATTEMPTS):
-            fd = bounded.open_regular(path)
-            try:
-                st = os.fstat(fd)
-            except BaseException:
-                os.close(fd)
-                raise
-            try:
-                self._load_from(fd, st.st_size)  # closes fd
-            except FormatError:
-                now = os.stat(path)
-                same = (now.st_size, now.st_mtime_ns, now.st_ino) == (
-                    st.st_size,
-                    st.st_mtime_ns,
-                    st.st_ino,
-                )
-                if same or attempt + 1 == OPEN_ATTEMPTS:
-                    raise
-            else:
-                self._identity = (st.st_dev, st.st_ino)
-                return
-
-    def _load_from(self, fd: int, size: int) -> None:
-        source, header, commit = open_source(
-            fd,
-            size,
-            backend=self.backend,
-            cache_bytes=self.cache_bytes,
-            max_frame_size=self.max_frame_size,
-        )
-        self._install(source, header, commit, size - source.physical_end)
-
-    @property
-    def compressed(self) -> bool:
-        """True when the file is stored as zstd frames (docs/FRAMES.md)."""
-        self._ensure_open()
-        return self._source.compressed
-
-    def _install(self, source: Any, header: Header, commit: Commit, tail: int) -> None:
-        self._close_source()
-        self._source = source
-        self.header = header
-        self.commit = commit
-        self._checksum = header.checksum  # bound once: the per-record and batch paths call it
-        self.uncommitted_bytes = tail
-        # A compressed record was checked by its frame's content checksum when the frame
-        # was decompressed; checking its CRC on every read would check the same bytes again.
-        self._crc_on_read = self.verify_reads and not source.checks_content
-        # Offsets in a record's errors count bytes of the container: of the file itself only
-        # when it is plain.
-        self._offsets_in = "container" if source.compressed else "file"
-        self._starts = []
-        total = 0
-        for seg in commit.segments:
-            self._starts.append(total)
-            total += seg.count
-        self._segments = commit.segments
-        self._len = commit.record_count
-        self._metadata: dict | None = None
-        self._layouts: dict[int, Any] = {}  # payload length -> Layout (or None: not compiled)
-        self._lengths_seen: set[int] = set()
-        self._names: tuple[str, ...] | None = None  # field names, once as_dict needed them
-
-    def _close_source(self) -> None:
-        if self._source is not None:
-            self._source.close()
-            self._source = None
-
-    def refresh(self) -> bool:
-        """Pick up commits made since opening; returns True if the dataset changed."""
-        self._ensure_open()
-        old = (self._identity, self.header.file_id, self.commit.number, self.commit.end)
-        self._load()  # a file replaced by another (rename) may have the same size
-        return (self._identity, self.header.file_id, self.commit.number, self.commit.end) != old
-
-    def close(self) -> None:
-        """Release the file. Tensor views handed out earlier stay valid."""
-        self._close_source()
-
-    def _ensure_open(self) -> None:
-        if self._source is None:
-            if getattr(self, "_closed_by_pickle", False):
-                self._closed_by_pickle = False
-                self._load()
-            else:
-                raise ClosedError(f"{self.path}: dataset is closed")
-
-    def __enter__(self) -> Dataset:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    def __getstate__(self) -> dict:
-        return {
-            "path": self._file,  # the file this one reads, wherever the copy runs from
-            "backend": self.backend,
-            "verify": self.verify_reads,
-            "cache_bytes": self.cache_bytes,
-            "max_frame_size": self.max_frame_size,
-            "max_record_bytes": self.max_record_bytes,
-            "as_dict": self.as_dict,
-            "filesystem": self.filesystem,
-            "storage_options": self.storage_options,
-            "cache_dir": self.cache_dir,
-        }
-
-    def __setstate__(self, state: dict) -> None:
-        # Reopen lazily: a DataLoader pickles the dataset into every worker before use.
-        self.path = self._file = state["path"]
-        self.backend = state["backend"]
-        self.verify_reads = state["verify"]
-        self.cache_bytes = state["cache_bytes"]
-        self.max_frame_size = state["max_frame_size"]
-        self.max_record_bytes = state["max_record_bytes"]
-        self.as_dict = state.get("as_dict", False)
-        self.filesystem = state.get("filesystem")
-        self.storage_options = state.get("storage_options")
-        self.cache_dir = state.get("cache_dir")
-        self._source = None
-        self._closed_by_pickle = True
-        self._len = None
-
-    # ------------------------------------------------------------------ properties
-
-    @property
-    def metadata(self) -> dict:
-        """The user metadata (a dict; empty if the writer gave none)."""
-        self._ensure_open()
-        if self._metadata is None:
-            c = self.commit
-            if not c.metadata_length:
-                self._metadata = {}
-            else:
-                raw = bytes(self._source.read(c.metadata_offset, c.metadata_length))
-                if self._checksum(raw) != c.metadata_crc:
-                    raise FormatError("metadata checksum mismatch", c.metadata_offset, self.path)
-                try:
-                    self._metadata = parse_metadata(raw, c.metadata_offset)
-                except FormatError as exc:
-                    raise FormatError(exc.reason, exc.offset, self.path) from None
-        return self._metadata
-
-    @property
-    def fields(self) -> tuple[str, ...] | None:
-        """The names of the record fields (``evalue_store.fields``), None if unnamed."""
-        return stored_names(self.metadata)
-
-    def _dict_names(self) -> tuple[str, ...]:
-        if self._names is None:
-            names = self.fields
-            if names is None:
-                raise ValueError(f"{self.path}: as_dict needs field names; its records have none")
-            self._names = names
-        return self._names
-
-    def _named(self, records: list[list]) -> list:
-        names = self._dict_names()
-        return [to_dict(r, names) for r in records]
-
-    @property
-    def logical_size(self) -> int:
-        """Bytes of the container up to its last commit (of the decompressed stream, if
-        the file is compressed)."""
-        self._ensure_open()
-        return self.commit.end
-
-    def logical_chunks(self) -> Iterator[memoryview]:
-        """The container's bytes up to its last commit, in order: for a compressed file,
-        exactly what ``zstd -d`` writes."""
-        self._ensure_open()
-        yield from self._source.chunks()
-
-    @property
-    def alignment(self) -> int:
-        self._ensure_open()
-        return self.header.alignment
-
-    def __len__(self) -> int:
-        if self._len is None:
-            self._ensure_open()
-        return self._len
+class Records:
+    """Record access for ``Dataset`` (a mixin: the state is the dataset's)."""
 
     # ------------------------------------------------------------------ index
 
@@ -411,7 +160,7 @@ class Dataset:
 
     def __getitem__(self, index: Index) -> Any:
         """One record for an integer; a list of records for a slice, an integer array or a
-        boolean mask (numpy's rules, see ``evalue_store.indexing``)."""
+        boolean mask (numpy's rules, see ``evalue_store.dataset.indexing``)."""
         self._ensure_open()
         where = indexing.normalize(index, self._len)
         if isinstance(where, int):
@@ -434,7 +183,7 @@ class Dataset:
         tensors (pinned or shared memory is fine) of exactly [B, *shape] and the field's
         dtype: those fields are decoded straight into them, and they are what the batch
         holds. Every record is checked as ``ds[i]`` checks it. Stacked arrays are copies,
-        never views of the file. See ``evalue_store.batch``.
+        never views of the file. See ``evalue_store.dataset.batch``.
         """
         return batch.get_batch(self, indices, out)
 
@@ -578,68 +327,3 @@ class Dataset:
                 at += stride
         for j, values in enumerate(records, k):
             yield values if values is not None else self._record(first + j)
-
-    # ------------------------------------------------------------------ checking
-
-    def verify(self, progress: Any = None) -> VerifyReport:
-        """Check every checksum and every record's structure; never raises for bad data.
-
-        ``progress`` (optional) is called with the number of records checked so far.
-        """
-        self._ensure_open()
-        return verify_dataset(self, progress)
-
-    def __repr__(self) -> str:
-        state = "closed" if self._source is None else f"{self._len} records"
-        return f"<evalue_store.Dataset {self.path!r} {state}>"
-
-
-def open_dataset(
-    path: str | os.PathLike,
-    *,
-    backend: str = "mmap",
-    verify: bool = True,
-    cache_bytes: int = DEFAULT_CACHE_BYTES,
-    max_frame_size: int = MAX_FRAME_SIZE,
-    max_record_bytes: int | None = None,
-    as_dict: bool = False,
-    filesystem: Any = None,
-    storage_options: dict | None = None,
-    cache_dir: str | os.PathLike | None = None,
-) -> Dataset:
-    """Open a container for reading at its last commit.
-
-    ``backend``: "mmap" (default; zero-copy views) or "pread" (plain reads, for network
-    filesystems). ``verify``: check each record's CRC32 when it is read (default True);
-    False skips that check so that big tensors are handed out without touching their pages.
-    Compressed files are recognized from their bytes; ``cache_bytes`` bounds the cache of
-    decompressed frames. (They are always read through a mapping of the compressed bytes:
-    ``backend`` applies to plain files only.)
-
-    Limits for untrusted files: ``max_frame_size`` refuses, at open, a compressed file with a
-    frame that decompresses to more (the default is the largest frame a Writer makes);
-    ``max_record_bytes`` makes reading a bigger record raise FormatError instead of mapping,
-    or for a compressed file decompressing, that much (``verify()`` lists such records as
-    bad records, with that reason).
-
-    ``as_dict``: records come back as dicts keyed by the file's field names (``fields``;
-    ValueError here if it has none) instead of lists.
-
-    ``path`` may be an fsspec URL (``s3://bucket/train.evs``, ``https://...``), or a path
-    within ``filesystem`` (an ``fsspec.AbstractFileSystem``); ``storage_options`` go to
-    fsspec (credentials, ``endpoint_url``...). Remote records are fetched by ranged
-    requests (``evalue_store.remote``); ``cache_dir`` instead keeps a checked local copy of
-    the whole object there and reads that.
-    """
-    return Dataset(
-        path,
-        backend=backend,
-        verify=verify,
-        cache_bytes=cache_bytes,
-        max_frame_size=max_frame_size,
-        max_record_bytes=max_record_bytes,
-        as_dict=as_dict,
-        filesystem=filesystem,
-        storage_options=storage_options,
-        cache_dir=cache_dir,
-    )

@@ -1,0 +1,342 @@
+"""Writer: creates or opens a container for appending, holds its lock, and commits and
+closes it (docs/FORMAT.md, "Commit protocol"); the writes themselves are ``append``."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import stat
+import threading
+import time
+import warnings
+import weakref
+from typing import Any
+
+from .. import __version__
+from ..container import (
+    DEFAULT_ALIGNMENT,
+    DEFAULT_VERSION,
+    ENTRY,
+    ENTRY_SIZE,
+    Commit,
+    checksum_function,
+    empty_commit,
+    encode_header,
+    new_file_id,
+    version_flags,
+)
+from ..errors import ClosedError, FormatError
+from ..files import (
+    create_temp,
+    fsync_dir,
+    link_new,
+    new_file_mode,
+    open_locked,
+    replace_locked,
+    unlock,
+)
+from ..physical import Restart, new_sink, open_for_append, remote
+from ..physical.salvage import Salvage, side_file
+from ..physical.zstd import DEFAULT_FRAME_SIZE, MAX_FRAME_SIZE
+from .append import Appending, check_alignment, encode_metadata, serialized
+from .fields import WriterFields
+
+MIN_FRAME_SIZE = 256  # below this, per-frame overhead outweighs the record; 1 record per frame
+
+
+_LIVE_WRITERS: weakref.WeakSet = weakref.WeakSet()
+
+
+def _disown_writers() -> None:
+    """In a forked child, writers inherited from the parent share its descriptor and lock:
+    using one would interleave the two processes' bytes. They refuse to, and closing or
+    collecting them leaves the parent's file alone. The child's copy of the descriptor is
+    closed at once: the lock goes only with the last descriptor of the open file, so a child
+    that keeps it would hold the file locked after the parent closed its writer."""
+    for writer in list(_LIVE_WRITERS):
+        writer._foreign = True
+        writer._release()
+        writer._failed = (
+            f"this Writer belongs to process {writer._pid} (it was inherited by fork); "
+            "open the file in this process instead"
+        )
+
+
+os.register_at_fork(after_in_child=_disown_writers)
+
+
+class Writer(WriterFields, Appending):
+    """Appends records to a container file; ``commit()`` makes them durable and visible.
+
+    ``mode``: "w" creates or truncates, "x" creates and fails if the file exists, "a" appends
+    (creating the file if needed; a tail left by a crashed writer is salvaged first, see
+    ``salvage``). ``close()``, or leaving the ``with`` block normally, commits; leaving it by an
+    exception discards what was appended since the last commit (``abort()``). One writer per file:
+    a second one raises WriterLockedError. Threads may share a Writer: its calls take turns.
+
+    ``compression="zstd"`` stores the same container as seekable zstd frames of about
+    ``frame_size`` bytes (docs/FRAMES.md); ``dictionary`` (bytes from
+    ``train_dictionary``) is stored once at the start of the file. In mode "a" the file's
+    own compression settings apply.
+
+    ``format_version``: "1.1" (default; CRC-32C checksums) or "1.0" (zlib's CRC-32, for
+    readers that predate 1.1), for a new file; appending keeps the file's own version,
+    which ``format_version`` then names.
+    """
+
+    def __new__(cls, path: str | os.PathLike = "", *args: Any, **kwargs: Any) -> Writer:
+        # A URL or a filesystem: the remote writer (stages locally, uploads on close).
+        if cls is Writer and (remote.is_url(path) or kwargs.get("filesystem") is not None):
+            from ..shards.remote import RemoteWriter
+
+            return super().__new__(RemoteWriter)
+        return super().__new__(cls)
+
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        mode: str = "w",
+        *,
+        metadata: dict | None = None,
+        alignment: int = DEFAULT_ALIGNMENT,
+        durable: bool = True,
+        compression: str | None = None,
+        level: int = 3,
+        frame_size: int = DEFAULT_FRAME_SIZE,
+        dictionary: bytes | None = None,
+        format_version: str = DEFAULT_VERSION,
+    ):
+        if mode not in ("w", "x", "a"):
+            raise ValueError(f"mode must be 'w', 'x' or 'a', not {mode!r}")
+        check_alignment(alignment)
+        if compression not in (None, "zstd"):
+            raise ValueError(f"compression must be None or 'zstd', not {compression!r}")
+        if not MIN_FRAME_SIZE <= frame_size <= MAX_FRAME_SIZE:
+            raise ValueError(
+                f"frame_size must be in [{MIN_FRAME_SIZE}, {MAX_FRAME_SIZE}], not {frame_size}"
+            )
+        if dictionary is not None and compression != "zstd":
+            raise ValueError("a dictionary needs compression='zstd'")
+        self._new_flags = version_flags(format_version)
+        self.path = os.fspath(path)
+        self.durable = durable
+        self.salvage: Salvage | None = None
+        self._metadata_bytes = encode_metadata(metadata)
+        self._pending = bytearray()
+        self._zstd = dict(level=level, frame_size=frame_size)
+        self._fd = -1
+        self._failed = ""  # why the writer cannot go on, after a write it could not undo
+        self._inflight: Commit | None = None  # a commit whose footer write has begun
+        self._mutex = threading.RLock()
+        self._pid = os.getpid()
+        self._foreign = False  # inherited by a forked child: never touch the file
+        _LIVE_WRITERS.add(self)
+        if mode == "w" and os.path.lexists(self.path):
+            self._replace(alignment, compression, dictionary)
+            return
+        if mode == "x" and os.path.lexists(self.path):
+            raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), self.path)
+        if not os.path.lexists(self.path):
+            if self._create_new(alignment, compression, dictionary):
+                return
+            if mode == "x":  # another process created it meanwhile
+                raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), self.path)
+            if mode == "w":
+                self._replace(alignment, compression, dictionary)
+                return
+        flags = os.O_RDWR | os.O_CREAT | (os.O_EXCL if mode != "a" else 0)
+        self._fd = open_locked(self.path, flags)
+        try:
+            st = os.fstat(self._fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise FormatError("not a regular file: cannot hold a container", None, self.path)
+            size = st.st_size
+            if size:
+                self._open_existing(size, metadata is not None, alignment)
+            else:
+                self._create(alignment, compression, dictionary)
+                if self.durable:
+                    fsync_dir(self.path)
+        except BaseException:
+            self._release()
+            raise
+
+    def _create_new(
+        self, alignment: int, compression: str | None, dictionary: bytes | None
+    ) -> bool:
+        """A new file: built as a temporary file holding its header and first commit, then
+        linked to its name, so that no reader ever finds it without them. False (and nothing
+        changed) if a file took the name meanwhile."""
+        try:
+            self._fd, temp = create_temp(self.path, new_file_mode())
+        except OSError as exc:  # name the file asked for, not the temporary one
+            raise type(exc)(exc.errno, exc.strerror, self.path) from None
+        try:
+            self._create(alignment, compression, dictionary)
+            linked = link_new(temp, self.path)
+        except BaseException:
+            self._release()
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temp)
+            raise
+        if not linked:
+            self._release()
+            os.unlink(temp)
+            return False
+        if self.durable:
+            fsync_dir(self.path)
+        return True
+
+    def _replace(self, alignment: int, compression: str | None, dictionary: bytes | None) -> None:
+        """Mode "w" over an existing file: build the new, empty container as a new inode and
+        rename it over the old one. Truncating in place would kill every reader that maps
+        the old file (SIGBUS); this way they keep reading the old data."""
+        target = os.path.realpath(self.path)  # through a symlink, as truncating went
+        old_mode = stat.S_IMODE(os.stat(target).st_mode)
+        self._fd, temp = create_temp(target, old_mode)
+        try:
+            self._create(alignment, compression, dictionary)
+            replace_locked(temp, target, durable=self.durable)
+        except BaseException:
+            self._release()
+            with contextlib.suppress(FileNotFoundError):  # gone if the rename happened
+                os.unlink(temp)
+            raise
+
+    # ------------------------------------------------------------------ setup
+
+    def _create(self, alignment: int, compression: str | None, dictionary: bytes | None) -> None:
+        """Write the header and the first (empty) commit into the empty file at ``_fd``."""
+        self.alignment = alignment
+        self.file_id = new_file_id()
+        self._use_flags(self._new_flags)
+        info = f"evalue_store {__version__}"
+        header = encode_header(alignment, self.file_id, time.time_ns(), info, self._new_flags)
+        self._sink: Any = new_sink(self._fd, compression, dictionary, **self._zstd)
+        self._commit = empty_commit(len(header))
+        self._sink.write(header, len(header))
+        self._metadata_dirty = True
+        self._committed_size = 0
+        self._commit_now()
+
+    def _open_existing(self, size: int, new_metadata: bool, alignment: int) -> None:
+        state = open_for_append(self._fd, size, self.path)
+        if isinstance(state, Restart):  # nothing was ever committed: start it afresh
+            side = side_file(self.path, self._fd, 0, size)
+            os.ftruncate(self._fd, 0)  # no reader can have opened it: it has no commit
+            self._create(alignment, "zstd", state.dictionary)
+            self.salvage = Salvage(0, 0, size, size, side)
+            return
+        if state.commit.number >= (1 << 64) - 1:  # a footer's u64 counter cannot go on
+            reason = "commit number is at its 64-bit maximum: cannot commit again"
+            raise FormatError(reason, state.commit.footer_offset)
+        self.alignment = state.header.alignment
+        self.file_id = state.header.file_id
+        self._use_flags(state.header.flags)  # an append keeps the file's version
+        self._commit = state.commit
+        self._metadata_dirty = new_metadata
+        self.salvage = state.salvage
+        self._committed_size = state.keep
+        if state.keep < size:
+            os.ftruncate(self._fd, state.keep)
+        self._sink = state.sink(self._fd, **self._zstd)
+        for offset, length, crc in state.found:
+            self._pending += ENTRY.pack(offset, length, crc, 0)
+        if state.found or self._commit.number == 0:
+            self._commit_now()  # salvaged records become durable before anything new
+
+    def _use_flags(self, flags: int) -> None:
+        self._checksum = checksum_function(flags)  # every checksum this writer computes
+        self.format_version = "1.1" if flags else "1.0"
+
+    @serialized
+    def abort(self) -> None:
+        """Discard the records appended since the last commit and release the file.
+
+        The file is cut back to its last commit, so they do not come back as a salvageable
+        tail. Leaving a ``with`` block by an exception aborts; leaving it normally commits.
+        A commit that was interrupted but took effect is kept (see ``commit``).
+        """
+        if self._fd < 0:
+            return
+        try:
+            if self._foreign:
+                return  # a forked child's copy: the file is its parent's to cut
+            if self._inflight is not None and self._settle_inflight() is None:
+                return  # cannot tell where the last commit ends: cut nothing
+            os.ftruncate(self._fd, self._committed_size)
+        finally:
+            self._release()
+
+    @serialized
+    def close(self) -> None:
+        """Commit and release the file (and its lock)."""
+        if self._fd < 0:
+            return
+        if self._inflight is not None and not self._foreign:
+            self._settle_inflight()
+        if self._failed:
+            reason = self._failed
+            self.abort()
+            raise ClosedError(f"{self.path}: {reason}")
+        try:
+            self.commit()
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        """Close the descriptor, forgetting it first: an interrupt after close(2) must not
+        leave a number that a later close would take from whoever reuses it."""
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            try:
+                if not self._foreign:  # a forked child that has not yet closed its copy of
+                    unlock(fd)  # the descriptor would keep the lock; a child never unlocks
+            finally:
+                os.close(fd)
+
+    def __enter__(self) -> Writer:
+        return self
+
+    def __exit__(self, exc_type: Any, *exc: Any) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        raise TypeError(
+            f"a Writer cannot be pickled or copied: it owns the lock and descriptor of "
+            f"{self.path}; pass the path and open a Writer where it is needed"
+        )
+
+    def __del__(self) -> None:
+        # A forgotten writer releases its descriptor but does not commit from a finalizer:
+        # what it appended since its last commit is lost, so say so, as files do.
+        if getattr(self, "_fd", -1) < 0:
+            return
+        if not self._foreign:
+            lost = len(self._pending) // ENTRY_SIZE
+            warnings.warn(
+                f"{self.path}: Writer was never closed; {lost} records appended since its last "
+                "commit are not committed (use `with evs.Writer(...)` or call close())",
+                ResourceWarning,
+                source=self,
+                stacklevel=2,
+            )
+        self._release()
+
+
+def recover(path: str | os.PathLike) -> Salvage:
+    """Salvage complete, checksum-valid records written after a file's last commit.
+
+    The records found are committed; bytes that were not complete records are moved to a
+    side file named in the report (never deleted). A file with no tail is left unchanged.
+    """
+    with Writer(path, mode="a") as writer:
+        report = writer.salvage
+        if report is None:
+            count = writer._commit.record_count
+            report = Salvage(count, 0, 0, 0, None)
+    return report
