@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from .. import bounded
-from ..container import Commit, Header, parse_metadata
+from ..container import FRAME_SIZE, Commit, Header, parse_metadata
 from ..errors import ClosedError, FormatError
 from ..physical import open_source, remote, remote_cache
 from ..physical.zstd import DEFAULT_CACHE_BYTES, MAX_FRAME_SIZE
@@ -150,8 +150,17 @@ class Dataset(Records):
         self._layouts: dict[int, Any] = {}  # payload length -> Layout (or None: not compiled)
         self._lengths_seen: set[int] = set()
         self._names: tuple[str, ...] | None = None  # field names, once as_dict needed them
+        # What ``ds[i]`` reads a plain mapped file with, bound once (see records.Records):
+        # the mapping (None: another source), its arrays by dtype, and the entry checks.
+        self._view = None if source.compressed else source.mapped
+        self._typed = getattr(source, "typed", None)
+        self._first_entry = commit.segments[0].offset if commit.segments else 0
+        self._align_mask = header.alignment - 1
+        self._data_start = header.data_start
+        self._frame_reach = commit.end - FRAME_SIZE  # a frame at o has at most this - o bytes
 
     def _close_source(self) -> None:
+        self._view = self._typed = None
         if self._source is not None:
             self._source.close()
             self._source = None
@@ -207,7 +216,7 @@ class Dataset(Records):
         self.filesystem = state.get("filesystem")
         self.storage_options = state.get("storage_options")
         self.cache_dir = state.get("cache_dir")
-        self._source = None
+        self._source = self._view = None
         self._closed_by_pickle = True
         self._len = None
 
