@@ -162,10 +162,36 @@ class Records:
     def __getitem__(self, index: Index) -> Any:
         """One record for an integer; a list of records for a slice, an integer array or a
         boolean mask (numpy's rules, see ``evalue_store.dataset.indexing``)."""
-        view = self._view
-        if view is not None and type(index) is int and -self._len <= index < self._len:
-            record = self._mapped_record(view, index % self._len)
-            return to_dict(record, self._dict_names()) if self.as_dict else record
+        mapped = self._mapped
+        if mapped is not None and type(index) is int:
+            # A plain mapped file: ``_record`` with its layers inlined (the per-record path).
+            # A record that fails a check, or has no layout yet, goes through ``_read``,
+            # which says what is wrong.
+            view, typed, first, mask, start, reach, crc_on, checksum, layouts, n = mapped
+            if -n <= index < n:
+                i = index + n if index < 0 else index
+                at = first + i * ENTRY_SIZE if first >= 0 else self._entry_at(i)
+                offset, length, crc, reserved = ENTRY_UNPACK(view, at)
+                limit = self.max_record_bytes
+                if (
+                    reserved
+                    or offset & mask
+                    or offset < start
+                    or length > reach - offset
+                    or (limit is not None and length > limit)
+                ):
+                    record = self._record(i)  # raises, saying which rule failed
+                elif (
+                    crc_on
+                    and checksum(view[offset + FRAME_SIZE : offset + FRAME_SIZE + length]) != crc
+                ):
+                    record = self._read(i, offset, length, crc)  # raises
+                else:
+                    layout = layouts.get(length)
+                    record = None if layout is None else layout.decode(view, offset, crc, typed)
+                    if record is None:
+                        record = self._read(i, offset, length, crc, checked=True)
+                return to_dict(record, self._dict_names()) if self.as_dict else record
         self._ensure_open()
         where = indexing.normalize(index, self._len)
         if isinstance(where, int):
@@ -176,35 +202,6 @@ class Records:
         else:
             records = self._get_positions(where.tolist())
         return self._named(records) if self.as_dict else records
-
-    def _mapped_record(self, view: memoryview, i: int) -> list:
-        """Record ``i`` of a plain mapped file: ``_record`` with its layers inlined (this is
-        the per-record path). A record that fails a check, or has no layout yet, goes
-        through ``_read``, which says what is wrong."""
-        if len(self._starts) == 1:
-            at = self._first_entry + i * ENTRY_SIZE
-        else:
-            at = self._entry_at(i)
-        offset, length, crc, reserved = ENTRY_UNPACK(view, at)
-        limit = self.max_record_bytes
-        if (
-            reserved
-            or offset & self._align_mask
-            or offset < self._data_start
-            or length > self._frame_reach - offset
-            or (limit is not None and length > limit)
-        ):
-            return self._record(i)  # raises, saying which rule failed
-        if self._crc_on_read:
-            start = offset + FRAME_SIZE
-            if self._checksum(view[start : start + length]) != crc:
-                return self._read(i, offset, length, crc)  # raises
-        layout = self._layouts.get(length)
-        if layout is not None:
-            values = layout.decode(view, offset, crc, self._typed)
-            if values is not None:
-                return values
-        return self._read(i, offset, length, crc, checked=True)
 
     def get_batch(self, indices: Sequence[int] | np.ndarray, *, out: Out = None) -> Batch:
         """Records ``indices`` (as ``get_many`` takes them) as one batch: a dict by field
