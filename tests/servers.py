@@ -281,17 +281,18 @@ http {{
   server {{
     listen 127.0.0.1:{port};
     access_log {tmp}/access.log counted;
-    location / {{ root {root}; }}
+    location / {{ root {root}; {options} }}
   }}
 }}
 """
 
 
 @contextlib.contextmanager
-def nginx(root: Path, tmp: Path) -> Iterator[Nginx]:
+def nginx(root: Path, tmp: Path, options: str = "") -> Iterator[Nginx]:
+    """nginx serving ``root``; ``options``: more directives for its location (``etag off;``)."""
     port = free_port()
     conf = tmp / "nginx.conf"
-    conf.write_text(CONFIG.format(tmp=tmp, port=port, root=root))
+    conf.write_text(CONFIG.format(tmp=tmp, port=port, root=root, options=options))
     proc = subprocess.Popen([NGINX, "-c", str(conf), "-p", str(tmp)], stderr=subprocess.PIPE)
     try:
         _wait_for(port, proc)

@@ -703,7 +703,7 @@ def test_an_index_pointing_many_entries_at_one_record_is_read_once(tmp_path):
 
 def test_overlapping_segments_in_one_footer_are_refused_at_open(tmp_path):
     """One segment listed 4096 times would make an index of n entries count 4096 n records
-    (FORMAT.md section 9: an impossible footer)."""
+    (FORMAT.md §8 rule 2: an impossible footer)."""
     path = tmp_path / "f.evs"
     entry = _big_record_file(path)
     _with_last_commit(

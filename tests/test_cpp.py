@@ -297,6 +297,32 @@ def test_hostile_footers_segments_entries_and_dims_are_refused_like_python(asan,
     assert replace  # dataclasses.replace is what rewrite_footer re-signs with
 
 
+def test_metadata_edge_cases_are_read_the_same(release, tmp_path):
+    """FORMAT.md section 7 rule 2, for both readers: nesting at most 512 deep; no byte order
+    mark; a repeated key is not rejected; a number rounding to an infinite double is, one
+    underflowing to 0 is not."""
+    from tests.test_spec_rules import nested_metadata, replace_metadata
+
+    texts = {
+        json.dumps(nested_metadata(512)).encode(): True,
+        json.dumps(nested_metadata(513)).encode(): False,
+        b"\xef\xbb\xbf{}": False,
+        b'{"a": 1, "a": 2}': True,
+        b'{"a": 1e-400}': True,
+        b'{"a": 1.7976931348623157e308}': True,
+        b'{"a": 1.7976931348623159e308}': False,
+    }
+    paths = []
+    for k, text in enumerate(texts):
+        path = tmp_path / f"m{k}.evs"
+        with evs.Writer(path) as w:
+            w.append([1])
+        replace_metadata(path, text)
+        paths.append(path)
+    docs = assert_same(release, paths)
+    assert [not isinstance(d["metadata"], dict) for d in docs] == list(texts.values())
+
+
 def test_random_mutations_of_fixtures_read_like_python(asan, tmp_path):
     """Fixtures and seeds mutated (tests/test_hostile.py's operations), half of them
     re-signed (tools/fuzz.py's fix_checksums) so the damage reaches the inner parsers."""
@@ -334,6 +360,15 @@ def test_fuzz_target_replays_the_corpus_under_sanitizers(asan):
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout == f"replayed {len(files)} inputs, {40 * len(files)} mutants\n"
+
+
+def test_libfuzzer_run_of_the_fuzz_target_finds_nothing(tmp_path):
+    """A real coverage-guided libFuzzer run (clang -fsanitize=fuzzer, with ASan and UBSan)
+    of cpp/fuzz/fuzz_reader.cc from the kept corpus, 20 s (tools/fuzz_cpp.py runs longer
+    campaigns): no crash, sanitizer report, leak, hang or oversized allocation."""
+    result = tool("fuzz_cpp").campaign(20, tmp_path)
+    assert result["returncode"] == 0 and not result["crashes"], result["log"][-3000:]
+    assert result["runs"] > 1000 and result["coverage"] > 300, result["log"][-3000:]
 
 
 def test_benchmark_script_measures_reads(tmp_path):

@@ -89,7 +89,7 @@ def test_fixture_checksums_follow_the_spec(name):
     """Every checksum field of every commit (header, footers, index segments, entries,
     frames, metadata) is the function FORMAT.md 3.1 names for the file's flags: what a
     reader written from the spec alone computes. The header's flags and minor say the
-    version (section 15)."""
+    version (§14)."""
     version = FIXTURES_BY_VERSION[name]
     with evs.open(FIXTURES / name) as ds:
         data = b"".join(bytes(chunk) for chunk in ds.logical_chunks())  # zstd -d's bytes
@@ -126,14 +126,18 @@ def test_fixture_checksums_follow_the_spec(name):
 
 @pytest.mark.parametrize("name", sorted(FIXTURES_BY_VERSION))
 def test_fixture_appended_keeps_its_version(tmp_path, name):
-    """FORMAT.md section 15: an append keeps the file's header, so a 1.0 file stays 1.0
-    with CRC-32 (and a 1.1 file 1.1), its old bytes unchanged; it verifies and recovers."""
+    """FORMAT.md §14: an append keeps the file's header, so a 1.0 file stays 1.0
+    with CRC-32 (and a 1.1 file 1.1), its old bytes unchanged; it verifies and recovers.
+    Asking an append for the other version is refused, not ignored (README)."""
     version = FIXTURES_BY_VERSION[name]
     path = tmp_path / name
     original = (FIXTURES / name).read_bytes()
     path.write_bytes(original)
-    with evs.Writer(path, "a", format_version="1.1" if version == "1.0" else "1.0") as w:
-        assert w.format_version == version  # the file's, not the argument's
+    with pytest.raises(ValueError, match="appending keeps it"):
+        evs.Writer(path, "a", format_version="1.1" if version == "1.0" else "1.0")
+    assert path.read_bytes() == original
+    with evs.Writer(path, "a") as w:
+        assert w.format_version == version
         w.append([np.arange(3), "appended"])
     assert evs.recover(path).salvaged_records == 0
     with evs.open(path) as ds:

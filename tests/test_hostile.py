@@ -268,7 +268,7 @@ def test_corrupt_dictionary_and_lost_seek_table_are_format_errors(tmp_path):
 def test_seek_table_without_checksums_reads(tmp_path):
     """Regression: the short decompression path for small frames (8487f3d) indexed the seek
     table's checksums unconditionally; a table without Checksum_Flag (valid by the seekable
-    format, FRAMES.md section 5) raised TypeError on the first read."""
+    format, FRAMES.md §12) raised TypeError on the first read."""
     import numpy as np
 
     path = tmp_path / "n.evs.zst"

@@ -13,8 +13,9 @@ BIG = 10**400  # an integer JSON number far beyond the largest double (~1.8e308)
 
 
 def test_writer_refuses_an_integer_too_large_for_a_double(tmp_path):
-    """FORMAT.md section 7: "The JSON MUST be strict: no NaN, Infinity or -Infinity, no number
-    too large for a double (such as 1e999) ... Writers MUST refuse other values."
+    """FORMAT.md §7 rule 2: "The JSON is strict: no NaN, Infinity or -Infinity; no number
+    beyond a double's range (1e999, an integer of 400 digits) ... A writer MUST refuse other
+    metadata."
 
     `{"a": 10**400}` is written without a word (and read back as a Python int)."""
     with pytest.raises(evs.EncodeError):
@@ -38,8 +39,8 @@ def _patch_metadata(path, old: bytes, new: bytes) -> None:
 
 
 def test_reader_rejects_an_integer_too_large_for_a_double(tmp_path):
-    """FORMAT.md section 7: "A reader MUST reject metadata ... that is not strict JSON" (section
-    17: "not strict JSON (NaN, Infinity, out-of-range numbers, lone surrogates)").
+    """FORMAT.md §7 rule 2: "A reader MUST reject, when it reads the metadata, a block ... that
+    is ... not strict JSON" (no NaN, Infinity, number beyond a double, lone surrogate).
     Metadata holding the number 10**400 is returned as it is, and verify() calls it OK."""
     path = tmp_path / "m.evs"
     digits = str(BIG).encode()

@@ -52,8 +52,8 @@ def test_recovering_a_torn_big_record_does_not_hold_the_tail_in_memory(tmp_path)
 
 
 def test_recover_appends_a_counter_when_the_side_file_name_is_taken_by_a_symlink(tmp_path):
-    """FORMAT.md section 14: the side file is "<path>.tail-<offset> (offset in decimal, a counter
-    appended if the name exists)"; THREAT_MODEL: recover on any file ends in a result or a
+    """FORMAT.md §12: the side file is "<path>.tail-<keep> (decimal; if the name exists,
+    .1, .2, ... is appended)"; THREAT_MODEL: recover on any file ends in a result or a
     FormatError. A dangling symlink at that name (left by a cleanup script, or planted) makes
     recover fail with a bare FileExistsError instead of taking the next name. (Refusing to
     follow it is right; giving up is not.)"""

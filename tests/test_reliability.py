@@ -484,7 +484,7 @@ def test_verify_reports_damage_to_an_earlier_seek_tables_sizes_and_checksums(tmp
     """Regression: verify() compared only the compressed sizes of earlier seek tables with
     the last one, so rot in their decompressed sizes or checksums (what a reader falls
     back on when the last table is lost) went unreported."""
-    path = tmp_path / "t.evs.zst"  # layout 1 (FRAMES.md section 13): appends keep it
+    path = tmp_path / "t.evs.zst"  # layout 1 (FRAMES.md §12): appends keep it
     shutil.copy(Path(__file__).parent / "fixtures" / "zstd-v1.0.evs.zst", path)
     for i in range(1, 4):
         with evs.Writer(path, mode="a") as w:

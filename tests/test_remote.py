@@ -8,7 +8,14 @@ is fetched in one round of concurrent requests; faults are retried, then named.
 
 from __future__ import annotations
 
+import json
+import os
 import pickle
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
 import threading
 
 import numpy as np
@@ -193,14 +200,67 @@ def test_object_replaced_by_a_shorter_one_never_gives_wrong_data(s3, tmp_path):
     ds = evs.open(url, storage_options=s3.options)
     write(tmp_path / "short.evs", 100, lambda i: [-i])
     s3.fs().put_file(str(tmp_path / "short.evs"), "bkt/shrink.evs")
-    errors = 0
+    codes = []
     for i in np.random.default_rng(3).choice(n, 40, replace=False).tolist():
         try:
             assert ds[i] == [i]
         except evs.FormatError as exc:
             assert "s3://bkt/shrink.evs" in str(exc)
+            codes.append(exc.code)
+    assert "changed" in codes  # a range the shorter object cannot serve: not a damaged file
+
+
+def two_versions(tmp_path, compression: str | None = None) -> tuple[str, str, int]:
+    """Two containers of the same layout whose records differ (field 1: 1 or 2), in two
+    commits, so that the first commit's index is not in the tail read at open; plain ones
+    have the same size."""
+    n = 6000
+    paths = []
+    for tag in (1, 2):
+        path = tmp_path / f"v{tag}.evs"
+        noise = np.random.default_rng(tag).integers(0, 1 << 62, (n, 16))  # incompressible
+        with evs.Writer(path, compression=compression) as w:
+            for c in range(2):
+                part = range(c * n // 2, (c + 1) * n // 2)
+                w.extend([[np.full(8, i, np.int64), tag, noise[i]] for i in part])
+                w.commit()
+        paths.append(str(path))
+    if compression is None:
+        assert os.path.getsize(paths[0]) == os.path.getsize(paths[1])
+    return paths[0], paths[1], n
+
+
+def reads_never_mix(ds, url: str, n: int) -> int:
+    """Read records of an object replaced since ``ds`` opened it: each read gives the opened
+    object's record or a FormatError naming the URL. Returns how many were errors."""
+    errors = 0
+    for i in (n // 2 - 1, 100, n - 1, 3, n // 3):
+        try:
+            got = ds[i]
+            assert got[1] == 1 and got[0].tolist() == [i] * 8
+        except evs.FormatError as exc:
+            assert url in str(exc) and "changed since it was opened" in str(exc)
             errors += 1
-    assert errors > 0
+    try:
+        assert [r[1] for r in ds.get_many(list(range(0, n, 97)))] == [1] * len(range(0, n, 97))
+    except evs.FormatError as exc:
+        assert url in str(exc)
+        errors += 1
+    return errors
+
+
+@pytest.mark.parametrize("compression", [None, "zstd"])
+def test_object_replaced_by_one_of_the_same_size_is_refused_never_mixed(s3, tmp_path, compression):
+    old, new, n = two_versions(tmp_path, compression)
+    fs = s3.fs()
+    url = f"s3://bkt/same-{compression}.evs"
+    fs.put_file(old, url)
+    ds = evs.open(url, storage_options=s3.options)
+    assert ds[n - 1][1] == 1
+    fs.put_file(new, url)
+    s3.log.clear()
+    assert reads_never_mix(ds, url, n) > 0
+    assert any(seen.status == 412 for seen in s3.log.gets())  # refused, not read and judged
 
 
 # ---------------------------------------------------------------------------- shards, writing
@@ -257,13 +317,63 @@ def test_writer_to_a_url(s3):
         evs.Writer(url, "x", storage_options=s3.options)
 
 
+def test_writer_to_a_url_commits_to_its_staging_file_until_close(s3, tmp_path):
+    """commit() on a URL writer makes records durable in the staging file it names
+    (``path``, named as the object); killed before close, the writer leaves no object and
+    that file holding every committed record. An abort keeps committed records: it
+    uploads them (and nothing when none were committed)."""
+    url = "s3://bkt/killed.evs"
+    script = textwrap.dedent(
+        f"""
+        import json, os, signal, sys
+        import evalue_store as evs
+        w = evs.Writer({url!r}, storage_options=json.loads(sys.argv[1]))
+        for i in range(100):
+            w.append([i])
+        w.commit()
+        w.append([-1])
+        print(w.path, flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+        """
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script, json.dumps(s3.options)], capture_output=True, text=True
+    )
+    staged = proc.stdout.strip()
+    assert proc.returncode == -signal.SIGKILL and staged, proc.stderr[-2000:]
+    assert os.path.basename(staged) == "killed.evs"
+    with pytest.raises(FileNotFoundError):
+        evs.open(url, storage_options=s3.options)
+    with evs.open(staged) as ds:
+        assert [r[0] for r in ds] == list(range(100))
+    shutil.rmtree(os.path.dirname(staged))
+    for name, commits in (("aborted.evs", True), ("nothing.evs", False)):
+        with (
+            pytest.raises(KeyError),
+            evs.Writer(f"s3://bkt/{name}", storage_options=s3.options) as w,
+        ):
+            w.extend([[i] for i in range(10)])
+            if commits:
+                w.commit()
+            w.append([-1])
+            raise KeyError("the job failed")
+        assert not os.path.exists(w.staging)
+        if commits:
+            assert [r[0] for r in evs.open(f"s3://bkt/{name}", storage_options=s3.options)] == list(
+                range(10)
+            )
+        else:
+            assert not s3.fs().exists(f"bkt/{name}")
+
+
 def test_cache_dir_copy_is_checked_and_reused(s3, tmp_path):
     url = upload(s3, tmp_path, "cached.evs", 500)
     cache = tmp_path / "cache"
     ds = evs.open(url, storage_options=s3.options, cache_dir=cache)
     assert same(ds[499], record(499))
-    copies = [p for p in cache.iterdir() if not p.name.startswith(".")]
-    assert len(copies) == 1 and not list(cache.glob(".download.*"))
+    copies = list(cache.iterdir())  # no temporary file left beside the copy
+    assert len(copies) == 1 and not copies[0].name.startswith(".")
+    assert copies[0].stat().st_mode & 0o777 == 0o600
     size = (tmp_path / "cached.evs").stat().st_size
     s3.log.clear()
     again = evs.open(url, storage_options=s3.options, cache_dir=cache)
@@ -372,6 +482,41 @@ def test_http_through_nginx_ranged_reads(tmp_path):
         missing = f"{server.url}/nope.evs"
         with pytest.raises(FileNotFoundError, match="nope.evs"):
             evs.open(missing)
+
+
+@pytest.mark.skipif(not have_nginx(), reason="nginx is not installed (.ci/run installs it)")
+def test_http_object_replaced_by_one_of_the_same_size_is_refused_never_mixed(tmp_path):
+    pytest.importorskip("aiohttp")
+    old, new, n = two_versions(tmp_path)
+    root = tmp_path / "www"
+    root.mkdir()
+    shutil.copy(old, root / "d.evs")
+    (tmp_path / "nginx").mkdir()
+    with nginx(root, tmp_path / "nginx") as server:
+        url = f"{server.url}/d.evs"
+        ds = evs.open(url)
+        assert ds[n - 1][1] == 1
+        shutil.copy(new, root / "next.evs")
+        os.utime(root / "next.evs", (1e9, 1e9))  # nginx's ETag: modification second, size
+        os.replace(root / "next.evs", root / "d.evs")
+        server.clear()
+        assert reads_never_mix(ds, url, n) > 0
+        assert any(status == 412 for _, status, _, _ in server.requests())
+
+
+@pytest.mark.skipif(not have_nginx(), reason="nginx is not installed (.ci/run installs it)")
+def test_http_server_without_etag_reads_with_a_warning(tmp_path):
+    """Without an ETag no read can be conditional: open says so, and reads still work."""
+    pytest.importorskip("aiohttp")
+    root = tmp_path / "www"
+    root.mkdir()
+    write(root / "d.evs", 500)
+    (tmp_path / "nginx").mkdir()
+    with nginx(root, tmp_path / "nginx", "etag off;") as server:
+        url = f"{server.url}/d.evs"
+        with pytest.warns(UserWarning, match="no strong ETag.* records of both may be returned"):
+            ds = evs.open(url)
+        assert url in str(ds.path) and same(ds[499], record(499))
 
 
 def test_scan_fetches_ahead_instead_of_one_request_per_record(s3, tmp_path):

@@ -86,7 +86,7 @@ def test_deeply_nested_metadata_raises_encode_error_not_recursion_error(tmp_path
 
 def test_a_reader_never_sees_a_new_file_before_its_header(tmp_path):
     """THREAT_MODEL: "Readers take no lock. They see the last commit as of open()/refresh()
-    and never a partly written one"; FORMAT.md section 11: "the reference writer commits once
+    and never a partly written one"; FORMAT.md §11 rule 1: a writer "SHOULD commit once
     when it creates a file (commit 1, no records), so that a new file is at once a valid
     container".
 
@@ -156,3 +156,32 @@ def test_an_alignment_that_is_no_int_is_a_clear_error(tmp_path, alignment):
     with pytest.raises((TypeError, ValueError), match="alignment must be"):
         evs.Writer(tmp_path / "a.evs", "w", alignment=alignment)
     assert not (tmp_path / "a.evs").exists()
+
+
+@pytest.mark.parametrize(
+    "created, asked",
+    [
+        ({"alignment": 4096}, {"alignment": 64}),
+        ({}, {"alignment": 4096}),
+        ({"format_version": "1.0"}, {"format_version": "1.1"}),
+        ({}, {"format_version": "1.0"}),
+        ({}, {"compression": "zstd"}),
+        ({"compression": "zstd"}, {"alignment": 128}),
+    ],
+)
+def test_append_refuses_options_the_file_contradicts(tmp_path, created, asked):
+    """README: mode "a" keeps the file's alignment, format version and compression; an
+    explicit option that differs raises ValueError and leaves the file as it was."""
+    path = tmp_path / "f.evs"
+    with evs.Writer(path, **created) as w:
+        w.append([1])
+    before = path.read_bytes()
+    name = next(iter(asked))
+    with pytest.raises(ValueError, match=f"{name}=.*appending keeps it"):
+        evs.Writer(path, "a", **asked)
+    assert path.read_bytes() == before
+    with evs.Writer(path, "a", **created) as w:  # the file's own values are fine
+        w.append([2])
+    with evs.open(path) as ds:
+        assert [r[0] for r in ds] == [1, 2]
+        assert ds.header.alignment == created.get("alignment", 64)

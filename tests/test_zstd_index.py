@@ -338,6 +338,8 @@ def test_overlapping_and_huge_locators_are_refused_and_verify_reports_them(tmp_p
         "span past the file": dict(span=0xFFFFFFFE),
         "position past its frame": dict(position_delta=1 << 20),
         "onto another record": dict(logical_delta=-64),
+        "physical past 2^63": dict(physical=1 << 63),
+        "physical inside the layout frame": dict(physical=0),
     }
     for name, change in cases.items():
         path.write_bytes(good)
@@ -352,6 +354,8 @@ def test_overlapping_and_huge_locators_are_refused_and_verify_reports_them(tmp_p
         fields = {}
         if "physical_delta" in change:
             fields["physical"] = physical + change["physical_delta"]
+        if "physical" in change:
+            fields["physical"] = change["physical"]
         if "span" in change:
             fields["span"] = change["span"]
         if "position_delta" in change:

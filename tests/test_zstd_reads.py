@@ -66,3 +66,22 @@ def test_a_damaged_index_frame_loses_no_record_and_verify_reports_it(tmp_path):
         assert_same(list(ds), recs)
         report = ds.verify()
         assert not report.ok and any(f"frame at {int(phys[k])}" in p for p in report.problems)
+
+
+def test_a_damaged_data_frame_is_an_error_naming_the_file_and_record(tmp_path):
+    """An error found in the frame layer (a frame failing its checksum) names the file and
+    the record read, as an error in the container does, with the frame's file offset."""
+    path = tmp_path / "d.evs.zst"
+    with evs.Writer(path, compression="zstd", frame_size=4096) as w:
+        w.extend([[np.arange(50) + i, f"id-{i}"] for i in range(2000)])
+    with evs.open(path) as ds:
+        phys, logi, csizes, _ = ds._source._frame_map()
+        k = len(phys) // 2
+        i = next(j for j in range(2000) if int(ds.entries()[j]["offset"]) >= int(logi[k]))
+    data = bytearray(path.read_bytes())
+    data[int(phys[k]) + int(csizes[k]) // 2] ^= 0xFF
+    path.write_bytes(data)
+    with evs.open(path) as ds, pytest.raises(evs.FormatError) as err:
+        ds[i]
+    assert err.value.path == str(path) and err.value.record == i
+    assert f"offset {int(phys[k])}" in str(err.value)

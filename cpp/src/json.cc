@@ -53,9 +53,9 @@ bool valid_utf8(const uint8_t* p, size_t n, size_t* bad) {
 
 namespace {
 
-// Nesting bound: the format sets none (see the README). The Python writer and reader stop
-// near 1000 (their recursion limit), so every file they handle passes this.
-constexpr int kMaxDepth = 1000;
+// Nesting bound of docs/FORMAT.md section 7: arrays and objects nest at most 512 deep, the
+// top object counting 1 (depth below is the number of containers around a value).
+constexpr int kMaxDepth = 512;
 
 class Json {
  public:
@@ -92,10 +92,12 @@ class Json {
   }
 
   bool value(int depth) {
-    if (depth > kMaxDepth) return bad("metadata nests deeper than 1000");
     space();
     if (pos_ >= s_.size()) return bad("metadata is not JSON (ends early)");
     char c = s_[pos_];
+    if ((c == '{' || c == '[') && depth >= kMaxDepth) {
+      return bad("metadata nests deeper than 512");
+    }
     if (c == '{') return object(depth);
     if (c == '[') return array(depth);
     if (c == '"') return string();

@@ -124,7 +124,7 @@ uint32_t Reader::crc(const uint8_t* data, uint64_t n) const {
 
 // Where the header and footers are read from while a file is opened: the tail search must
 // not touch a mapping of the tail, which a writer may cut meanwhile (an abort, a recovery:
-// FORMAT.md section 13 allows it above the last commit), so a file is read with pread and
+// FORMAT.md §11 rule 5 allows it above the last commit), so a file is read with pread and
 // only its committed bytes are mapped afterwards.
 struct Reader::Source {
   virtual ~Source() = default;
@@ -384,7 +384,7 @@ Error Reader::entry(uint64_t i, uint64_t* offset, uint64_t* length, uint32_t* cr
   return {};
 }
 
-// Section 10 steps 3-5: where the frame may be, that it agrees with its entry, its checksum.
+// Section 10 steps 2-4: where the frame may be, that it agrees with its entry, its checksum.
 Error Reader::frame(uint64_t offset, uint64_t length, uint32_t want) const {
   if (offset % alignment_ || offset < data_start_) return format(offset, "bad record offset");
   if (offset > end_ || end_ - offset < kFrameSize || length > end_ - offset - kFrameSize)

@@ -2,7 +2,7 @@
 over a container's logical bytes for ``Dataset.verify``.
 
 A compressed file's logical size can be up to 32768 times its size (docs/FRAMES.md
-section 9), so nothing here reads a block, a gap or an index segment in one piece: each pass reads
+§12), so nothing here reads a block, a gap or an index segment in one piece: each pass reads
 at most CHUNK bytes at a time, whatever the file claims.
 """
 

@@ -147,7 +147,7 @@ class Record {
 // ----------------------------------------------------------------------------- reader
 
 struct Options {
-  // docs/FORMAT.md section 10 step 5: check each record's payload checksum on every read.
+  // docs/FORMAT.md section 10 step 4: check each record's payload checksum on every read.
   // Off hands out big tensors without touching their pages.
   bool verify_checksums = true;
 };

@@ -41,13 +41,16 @@ class Layout:
         "structure",
         "expected",
         "slots",
-        "plan",
+        "steps",
         "size",
         "length",
         "check_at",
         "check_bytes",
         "frame",
-        "words",
+        "plan",
+        "alignment",
+        "value_bytes",
+        "crc_tables",
     )
 
     def __init__(
@@ -66,11 +69,14 @@ class Layout:
         self.structure = operator.itemgetter(*structural)
         self.expected = self.structure(layout.unpack(frame.tobytes()))  # the sample's own
         self.slots = [tuple(slot) for slot in slots]  # unpacked fastest as plain tuples
-        self.plan = [_plan(slot, alignment) for slot in self.slots]
+        self.steps = [_step(slot, alignment) for slot in self.slots]
         self.check_at = np.array(check_at, np.intp)
         self.check_bytes = frame[self.check_at]
         self.frame = frame
-        self.words = _check_words(self.check_at, frame)
+        self.plan: Any = None  # batch_decode.Plan, made by the first batch of this layout
+        self.alignment = alignment  # of the file: frames and tensor data start at multiples
+        self.value_bytes = self.size - len(self.check_at) - (FRAME_LENGTH_AT - FRAME_CRC_AT)
+        self.crc_tables: Any = None  # crc_batch.Tables, made by the first batch that wants them
 
     def decode(self, buf: Any, frame: int, crc: int, typed: dict | None = None) -> list | None:
         """The record's values, or None when this record does not have this layout.
@@ -83,7 +89,7 @@ class Layout:
         if fields[_CRC_FIELD] != crc or self.structure(fields) != self.expected:
             return None
         values = []
-        for kind, index, at, detail in self.plan:
+        for kind, index, at, detail in self.steps:
             if kind == S_TENSOR:  # detail: dtype, shape, strides, nbytes, numel, items
                 dtype, shape, strides, nbytes, numel, items = detail
                 if numel is None:  # a dim order
@@ -169,7 +175,7 @@ class Layout:
         return records, bad
 
 
-def _plan(slot: tuple, alignment: int) -> tuple:
+def _step(slot: tuple, alignment: int) -> tuple:
     """A slot as ``decode`` uses it: a tensor's detail gets the itemsize by which its data
     offset may be divided to index a whole-buffer array of its dtype (0: it may not, or it
     is strided) and a shape of None for 1-D tensors (no reshape)."""
@@ -180,18 +186,6 @@ def _plan(slot: tuple, alignment: int) -> tuple:
     items = dtype.itemsize if numel is not None and alignment % dtype.itemsize == 0 else 0
     shape = None if numel is not None and len(shape) == 1 else shape
     return kind, index, at, (dtype, shape, strides, nbytes, numel, items)
-
-
-def _check_words(check_at: np.ndarray, frame: np.ndarray) -> tuple[np.ndarray, ...]:
-    """The structural bytes as little-endian 8-byte words of the frame (frames start at
-    multiples of 8): (word index, mask of the structural bytes, their expected value),
-    so that a batch checks a few words per record instead of every byte."""
-    padded = np.zeros(-(-len(frame) // 8) * 8, np.uint8)
-    padded[: len(frame)] = frame
-    mask = np.zeros(len(padded), np.uint8)
-    mask[check_at] = 0xFF
-    words = np.flatnonzero(mask.view("<u8"))
-    return words, mask.view("<u8")[words], (padded & mask).view("<u8")[words]
 
 
 def _utf8_or_none(data: bytes) -> str | None:

@@ -10,7 +10,6 @@ physical variant's sink), ``_fd``, ``_commit``, ``_pending``, ``_checksum``, ``a
 from __future__ import annotations
 
 import functools
-import json
 import numbers
 import os
 from collections.abc import Iterable, Mapping, Sequence
@@ -24,35 +23,17 @@ from ..container import (
     FRAME,
     FRAME_MAGIC,
     FRAME_SIZE,
-    MAX_METADATA,
     Commit,
     Segment,
-    double_int,
     encode_footer,
     valid_alignment,
 )
-from ..errors import ClosedError, EncodeError
+from ..errors import ClosedError
+from ..metadata import encode_metadata
 from .columns import append_columns
 from .rows import extend_rows
 
 MERGE_FANOUT = 4  # merge the newest index segments when this many share a level
-
-
-def encode_metadata(metadata: dict | None) -> bytes:
-    if metadata is None:
-        return b""
-    if not isinstance(metadata, dict):
-        raise EncodeError("metadata must be a dict of JSON values")
-    try:
-        data = json.dumps(metadata, ensure_ascii=False, allow_nan=False).encode("utf-8")
-        json.loads(data, parse_int=double_int)  # as a reader will: no integer beyond a double
-    except (TypeError, ValueError) as exc:
-        raise EncodeError(f"metadata is not JSON-serializable: {exc}") from None
-    except RecursionError:
-        raise EncodeError("metadata is nested too deeply to be stored as JSON") from None
-    if len(data) > MAX_METADATA:
-        raise EncodeError(f"metadata is {len(data)} bytes; the limit is {MAX_METADATA}")
-    return data
 
 
 def serialized(method: Any) -> Any:
@@ -258,7 +239,7 @@ class Appending:
             self._commit_now()
 
     def _commit_now(self) -> None:
-        """The commit protocol (docs/FORMAT.md, "Commit protocol").
+        """The commit protocol (docs/FORMAT.md §11 rule 1).
 
         fsync orders nothing within the writes it covers: after a power cut, any subset of
         the pages written since the last fsync may have reached the disk. So everything the

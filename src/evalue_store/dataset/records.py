@@ -19,7 +19,7 @@ from .. import bounded
 from ..bounded import SHADOWED
 from ..codec import compile_layout, decode_payload
 from ..container import ENTRY, ENTRY_DTYPE, ENTRY_SIZE, FRAME_SIZE, check_frame
-from ..errors import CHECKSUM, LIMIT, OUT_OF_BOUNDS, ClosedError, FormatError
+from ..errors import CHECKSUM, INDEX, LIMIT, OUT_OF_BOUNDS, ClosedError, FormatError
 from . import batch, indexing
 from .batch import Batch, Out
 from .fields import to_dict
@@ -48,7 +48,8 @@ class Records:
         offset, length, crc, reserved = self._entry_of(i)
         if reserved:
             at = self._entry_at(i)
-            raise FormatError(f"index entry of record {i} has reserved bits set", at, self.path)
+            reason = "index entry has reserved bits set"
+            raise FormatError(reason, at, self.path, record=i, code=INDEX)
         return offset, length, crc
 
     def entries(self) -> np.ndarray:
@@ -76,7 +77,11 @@ class Records:
     # ------------------------------------------------------------------ records
 
     def _record(self, i: int) -> list:
-        return self._read(i, *self._entry(i))
+        try:
+            entry = self._entry(i)
+        except FormatError as exc:  # of the source's own layer: placed, its offset kept
+            raise exc.at(path=self.path, record=i) from None
+        return self._read(i, *entry)
 
     def _check_entry(self, i: int, offset: int, length: int) -> None:
         place = dict(path=self.path, record=i, offset_in=self._offsets_in)
@@ -122,7 +127,10 @@ class Records:
             or (limit is not None and length > limit)
         ):
             self._check_entry(i, offset, length)  # raises, saying which rule failed
-        buf, pos = self._source.frame(offset, FRAME_SIZE + length)
+        try:
+            buf, pos = self._source.frame(offset, FRAME_SIZE + length)
+        except FormatError as exc:  # a compressed file's frames, a remote object
+            raise exc.at(path=self.path, record=i) from None
         try:
             if self._crc_on_read and not checked:
                 payload = memoryview(buf)[pos + FRAME_SIZE : pos + FRAME_SIZE + length]
@@ -284,7 +292,7 @@ class Records:
                 if good < len(chunk):
                     yield from (self._record(i) for i in range(first + lo, first + lo + good))
                     at = int(chunk[good]["offset"])
-                    raise FormatError(SHADOWED, at, self.path, record=first + lo + good)
+                    raise FormatError(SHADOWED, at, self.path, record=first + lo + good, code=INDEX)
                 # Runs: records of one payload length, each frame right after the one before
                 # (as a writer appends them), so their frames are ``step`` bytes apart.
                 lengths, offsets = chunk["length"], chunk["offset"]
@@ -330,7 +338,7 @@ class Records:
                     ENTRY.iter_unpack(raw), first + lo
                 ):
                     if i - first - lo == good:
-                        raise FormatError(SHADOWED, offset, self.path, record=i)
+                        raise FormatError(SHADOWED, offset, self.path, record=i, code=INDEX)
                     yield self._record(i) if reserved else self._read(i, offset, length, crc)
             first += seg.count
 

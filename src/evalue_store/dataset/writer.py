@@ -1,5 +1,5 @@
 """Writer: creates or opens a container for appending, holds its lock, and commits and
-closes it (docs/FORMAT.md, "Commit protocol"); the writes themselves are ``append``."""
+closes it (docs/FORMAT.md §11); the writes themselves are ``append``."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from ..container import (
     new_file_id,
     version_flags,
 )
-from ..errors import ClosedError, FormatError
+from ..errors import LIMIT, NOT_A_CONTAINER, ClosedError, FormatError
 from ..files import (
     create_temp,
     fsync_dir,
@@ -36,10 +36,11 @@ from ..files import (
     replace_locked,
     unlock,
 )
+from ..metadata import encode_metadata
 from ..physical import Restart, new_sink, open_for_append, remote
 from ..physical.salvage import Salvage, side_file
 from ..physical.zstd import DEFAULT_FRAME_SIZE, MAX_FRAME_SIZE
-from .append import Appending, check_alignment, encode_metadata, serialized
+from .append import Appending, check_alignment, serialized
 from .fields import WriterFields
 
 MIN_FRAME_SIZE = 256  # below this, per-frame overhead outweighs the record; 1 record per frame
@@ -88,7 +89,7 @@ class Writer(WriterFields, Appending):
     def __new__(cls, path: str | os.PathLike = "", *args: Any, **kwargs: Any) -> Writer:
         # A URL or a filesystem: the remote writer (stages locally, uploads on close).
         if cls is Writer and (remote.is_url(path) or kwargs.get("filesystem") is not None):
-            from ..shards.remote import RemoteWriter
+            from ..shards.object_store import RemoteWriter
 
             return super().__new__(RemoteWriter)
         return super().__new__(cls)
@@ -99,16 +100,19 @@ class Writer(WriterFields, Appending):
         mode: str = "w",
         *,
         metadata: dict | None = None,
-        alignment: int = DEFAULT_ALIGNMENT,
+        alignment: int | None = None,
         durable: bool = True,
         compression: str | None = None,
         level: int = 3,
         frame_size: int = DEFAULT_FRAME_SIZE,
         dictionary: bytes | None = None,
-        format_version: str = DEFAULT_VERSION,
+        format_version: str | None = None,
     ):
         if mode not in ("w", "x", "a"):
             raise ValueError(f"mode must be 'w', 'x' or 'a', not {mode!r}")
+        self._asked = {"alignment": alignment, "format_version": format_version}
+        self._asked["compression"] = compression
+        alignment = DEFAULT_ALIGNMENT if alignment is None else alignment
         check_alignment(alignment)
         if compression not in (None, "zstd"):
             raise ValueError(f"compression must be None or 'zstd', not {compression!r}")
@@ -118,7 +122,7 @@ class Writer(WriterFields, Appending):
             )
         if dictionary is not None and compression != "zstd":
             raise ValueError("a dictionary needs compression='zstd'")
-        self._new_flags = version_flags(format_version)
+        self._new_flags = version_flags(format_version or DEFAULT_VERSION)
         self.path = os.fspath(path)
         self.durable = durable
         self.salvage: Salvage | None = None
@@ -150,10 +154,16 @@ class Writer(WriterFields, Appending):
         try:
             st = os.fstat(self._fd)
             if not stat.S_ISREG(st.st_mode):
-                raise FormatError("not a regular file: cannot hold a container", None, self.path)
+                raise FormatError(
+                    "not a regular file: cannot hold a container",
+                    None,
+                    self.path,
+                    code=NOT_A_CONTAINER,
+                )
             size = st.st_size
             if size:
                 self._open_existing(size, metadata is not None, alignment)
+                self._check_asked()
             else:
                 self._create(alignment, compression, dictionary)
                 if self.durable:
@@ -230,7 +240,7 @@ class Writer(WriterFields, Appending):
             return
         if state.commit.number >= (1 << 64) - 1:  # a footer's u64 counter cannot go on
             reason = "commit number is at its 64-bit maximum: cannot commit again"
-            raise FormatError(reason, state.commit.footer_offset)
+            raise FormatError(reason, state.commit.footer_offset, code=LIMIT)
         self.alignment = state.header.alignment
         self.file_id = state.header.file_id
         self._use_flags(state.header.flags)  # an append keeps the file's version
@@ -245,6 +255,22 @@ class Writer(WriterFields, Appending):
             self._pending += ENTRY.pack(offset, length, crc, 0)
         if state.found or self._commit.number == 0:
             self._commit_now()  # salvaged records become durable before anything new
+
+    def _check_asked(self) -> None:
+        """Mode "a" keeps the file's alignment, version and compression: an explicit option
+        that contradicts them is a mistake to report, not to ignore."""
+        compressed = "zstd" if self._sink.compressed else None
+        have = {
+            "alignment": self.alignment,
+            "format_version": self.format_version,
+            "compression": compressed,
+        }
+        for name, asked in self._asked.items():
+            if asked is not None and asked != have[name]:
+                raise ValueError(
+                    f"{self.path} has {name}={have[name]!r}, and appending keeps it: "
+                    f"{name}={asked!r} cannot apply (leave it out, or write a new file)"
+                )
 
     def _use_flags(self, flags: int) -> None:
         self._checksum = checksum_function(flags)  # every checksum this writer computes

@@ -17,11 +17,11 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ..container import Commit, Header, open_container
-from ..errors import TRUNCATED, Error, FormatError, RemoteError
+from ..errors import CHANGED, TRUNCATED, Error, FormatError, RemoteError
+from . import remote_ranges
 from .plain import CHUNK, _PlainSource, aligned_buffer
 from .zstd import is_compressed, open_reader
 
@@ -124,6 +124,7 @@ class RemoteReader:
         self.requests = 0
         self.fetched = 0
         self._pid = os.getpid()
+        self._ranges = remote_ranges.getter(fs, path, url, info, THREADS)  # conditional GETs
 
     def _forked(self) -> None:
         """In a forked child (a DataLoader worker under fork): a lock the parent held at
@@ -134,8 +135,10 @@ class RemoteReader:
     # -------------------------------------------------------------- fetching
 
     def fetch(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
-        """Bytes [start, end) of each range, all requested at once; a range the server
-        answers short means the object changed since it was opened: FormatError."""
+        """Bytes [start, end) of each range, all requested at once, each on the condition
+        that the object is the one opened (``remote_ranges``); a range the server refuses
+        that way or answers short means the object changed since it was opened:
+        FormatError."""
         ranges = list(ranges)
         out: list[Any] = [None] * len(ranges)
         pending = list(range(len(ranges)))
@@ -162,30 +165,14 @@ class RemoteReader:
         with self._lock:
             self.requests += len(ranges)
             self.fetched += sum(end - start for start, end in ranges)
-        if len(ranges) == 1 or not getattr(self.fs, "async_impl", False):
-            if len(ranges) == 1:
-                return [self._one(*ranges[0])]
-            with ThreadPoolExecutor(min(THREADS, len(ranges))) as pool:
-                return list(pool.map(lambda r: self._one(*r), ranges))
-        return self.fs.cat_ranges(
-            [self.path] * len(ranges),
-            [start for start, _ in ranges],
-            [end for _, end in ranges],
-            on_error="return",
-        )
-
-    def _one(self, start: int, end: int) -> Any:
-        try:
-            return self.fs.cat_file(self.path, start=start, end=end)
-        except Exception as exc:
-            return exc
+        return self._ranges(ranges)
 
     def _changed(self, start: int, end: int, got: int) -> None:
         raise FormatError(
             f"object changed since it was opened: {got} bytes where {end - start} were asked",
             start + got,
             self.name,
-            code=TRUNCATED,
+            code=CHANGED,
         )
 
     def _fail(
@@ -195,7 +182,17 @@ class RemoteReader:
         longer the one opened (a shorter one makes the server refuse the range), checked
         at the first failure of a round so that no retries are spent on it; else, unless
         ``final`` (or the error is permanent), return and let the range be retried."""
+        if remote_ranges.refused(exc):
+            etag = self.info.get("ETag") or self.info.get("etag")
+            raise FormatError(
+                f"object changed since it was opened: the store refuses reads of the "
+                f"version opened (ETag {etag})",
+                rng[0],
+                self.name,
+                code=TRUNCATED,
+            ) from exc
         try:
+            self.fs.invalidate_cache(self.path)  # a listing cached earlier is no answer
             now: dict | None = self.fs.info(self.path)
         except FileNotFoundError:
             now = None
@@ -207,7 +204,7 @@ class RemoteReader:
                 f"object changed since it was opened ({self.size} bytes, {size})",
                 rng[0],
                 self.name,
-                code=TRUNCATED,
+                code=CHANGED,
             ) from exc
         if isinstance(exc, PERMANENT):
             raise type(exc)(f"{self.name}: {exc}") from exc
@@ -373,13 +370,17 @@ class RemoteSource(_PlainSource):
         data = self._pinned.get((offset, n))
         if data is None:
             if offset < 0 or n < 0 or offset + n > self.size:
-                raise FormatError(f"file ends early: wanted {n} bytes", offset, self.name)
+                raise FormatError(
+                    f"file ends early: wanted {n} bytes", offset, self.name, code=TRUNCATED
+                )
             data = self.reader.pread(offset, n)
         return self._aligned(data, offset, n)
 
     def _aligned(self, data: bytes, offset: int, n: int) -> memoryview:
         if len(data) != n:
-            raise FormatError(f"file ends early: wanted {n} bytes", offset + len(data), self.name)
+            raise FormatError(
+                f"file ends early: wanted {n} bytes", offset + len(data), self.name, code=TRUNCATED
+            )
         view = memoryview(aligned_buffer(n, self.alignment))
         view[:] = data
         return view.toreadonly()  # arrays of it are read-only like a mapping's
@@ -396,6 +397,17 @@ class RemoteSource(_PlainSource):
 
     def unpin(self) -> None:
         self._pinned = {}
+
+    gap = 0  # the reader coalesces a round's requests itself (MERGE_GAP)
+
+    def _fill(self, plan: Any, buf: memoryview, index: bool) -> None:
+        """All spans in one round of ``pread_many`` (``index``: fetched by block)."""
+        got = self.reader.pread_many(plan.spans, whole_blocks=index)
+        for data, (start, n), place in zip(got, plan.spans, plan.places):
+            if len(data) != n:
+                reason = f"file ends early: wanted {n} bytes"
+                raise FormatError(reason, start + len(data), self.name)
+            buf[place : place + n] = data
 
     def chunks(self) -> Any:
         for start in range(0, self.size, CHUNK):

@@ -217,6 +217,8 @@ class FrameCutter:
     cut into frames at ``split`` bytes and at block starts. ``_emit`` (each sink's own)
     compresses ``pending`` into the file and empties it."""
 
+    compressed = True
+
     def __init__(self, logical_pos: int, frame_size: int):
         self.pos = logical_pos  # logical end, the open frame included
         self.frame_size = frame_size

@@ -151,7 +151,14 @@ class Staging:
 
 class RemoteWriter(Writer):
     """A Writer aimed at a URL: it writes a local staging file and uploads it whole when it
-    closes (an object store has no append). ``abort()`` uploads nothing. Mode "a" is refused."""
+    closes (an object store has no append). Mode "a" is refused.
+
+    ``commit()`` makes records durable in the staging file (``path``: a directory
+    ``evalue_store-upload-*`` under the temporary directory, the file named as the object);
+    the object appears, complete, only at ``close()``, or at ``abort()`` if records were
+    committed (as a local file keeps them; with none, abort uploads nothing). A writer
+    killed before then leaves the staging file, which holds every record committed, for
+    the caller to upload."""
 
     def __init__(
         self,
@@ -168,7 +175,8 @@ class RemoteWriter(Writer):
         if mode == "x" and _exists(self.fs, self.target, self.url):
             raise FileExistsError(f"{self.url} exists")
         self.staging = tempfile.mkdtemp(prefix="evalue_store-upload-")
-        super().__init__(os.path.join(self.staging, "upload.evs"), "x", **options)
+        name = posixpath.basename(self.target.rstrip("/")) or "upload.evs"
+        super().__init__(os.path.join(self.staging, name), "x", **options)
 
     def close(self) -> None:
         if self._fd < 0:
@@ -181,7 +189,12 @@ class RemoteWriter(Writer):
             shutil.rmtree(self.staging, ignore_errors=True)
 
     def abort(self) -> None:
+        if self._fd < 0:
+            return
         try:
             super().abort()
+            if self._commit.record_count and not self._foreign:  # committed: never dropped
+                local = self.path
+                _retrying(lambda: self.fs.put_file(local, self.target), self.url, "upload")
         finally:
             shutil.rmtree(self.staging, ignore_errors=True)
