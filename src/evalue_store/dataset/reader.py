@@ -11,7 +11,7 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-from ..container import Commit, Header
+from ..container import FRAME_SIZE, Commit, Header
 from ..errors import CHECKSUM, ClosedError, FormatError
 from ..metadata import parse_metadata
 from ..physical import open_file, reopen_name
@@ -110,8 +110,26 @@ class Dataset(Records):
         self._layouts: dict[int, Any] = {}  # payload length -> Layout (or None: not compiled)
         self._lengths_seen: set[int] = set()
         self._names: tuple[str, ...] | None = None  # field names, once as_dict needed them
+        # What ``ds[i]`` reads a plain mapped file with, bound once (records.Records): the
+        # mapping, its arrays by dtype, where the index starts (-1: in several segments),
+        # the entry checks, the checksum and the layouts. None for any other source.
+        self._mapped = None
+        if source.mapped is not None and not source.compressed:
+            self._mapped = (
+                source.mapped,
+                getattr(source, "typed", None),
+                commit.segments[0].offset if len(commit.segments) == 1 else -1,
+                header.alignment - 1,
+                header.data_start,
+                commit.end - FRAME_SIZE,  # a frame at offset o has at most this - o bytes
+                self._crc_on_read,
+                self._checksum,
+                self._layouts,
+                self._len,
+            )
 
     def _close_source(self) -> None:
+        self._mapped = None
         if self._source is not None:
             self._source.close()
             self._source = None
@@ -167,7 +185,7 @@ class Dataset(Records):
         self.filesystem = state.get("filesystem")
         self.storage_options = state.get("storage_options")
         self.cache_dir = state.get("cache_dir")
-        self._source = None
+        self._source = self._mapped = None
         self._closed_by_pickle = True
         self._len = None
 
