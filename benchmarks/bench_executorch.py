@@ -1,7 +1,7 @@
 """ExecuTorch training steps/s fed from a container against feeding from memory.
 
 Programs (exported here, static batch): ExecuTorch's XOR example (float32 [B, 2] inputs) and
-an MLP on 32x32 float32 images (1024 -> 128 -> 10), each at batch 32 and 256; int labels.
+an MLP on 32x32 float32 images (1024 -> 256 -> 10), each at batch 32 and 256; int labels.
 Every step is ``TrainingModule.forward_backward`` plus ExecuTorch's SGD step, over a
 shuffled epoch order. Feeds, interleaved per repeat so that a busy machine slows them alike:
 
@@ -16,7 +16,14 @@ Reported: median steps/s over ``--repeats`` runs of ``--seconds`` (at most ``--s
 steps) each, the container's ratio to ``memory``, and the container's feed alone (batches/s
 without training). Results go to benchmarks/results/executorch.json and .md.
 
+With ``--cpp``, the same programs and container files in C++ too (needs g++):
+cpp/examples/train_batches.cc linked to the wheel's libexecutorch.so, its batches read with
+the C++ reader against gathered from in-memory arrays (interleaved, ``--repeats`` runs of
+about ``--seconds`` each), the feed's CPU ns per record in each, and the reader's own cost
+per record (cpp/tools/evs_bench.cc: open, then read every record, in order and shuffled).
+
 Usage: PYTHONPATH=.:src python benchmarks/bench_executorch.py [--seconds S] [--repeats R]
+[--cpp]
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -139,6 +147,76 @@ def run_case(model: str, batch: int, n: int, args: argparse.Namespace, work: str
     return {"model": model, "batch": batch, "records": n, "min_steps": min(counts), **result}
 
 
+def cpp_train(program: str, data: str, steps: int, memory: bool) -> tuple[float, float, float]:
+    """(steps/s, steps per CPU second, feed CPU ns per record) of one train_batches run."""
+    from tests import native
+
+    cmd = [str(native.build_executorch() / "train_batches"), program, data, str(steps), "0.01"]
+    done = subprocess.run(cmd + (["memory"] if memory else []), capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"{' '.join(cmd)} failed: {done.stderr[-2000:]}")
+    tail = {k: float(v) for k, v in (line.split() for line in done.stdout.splitlines()[-3:])}
+    return tail["steps_per_s"], tail["cpu_steps_per_s"], tail["feed_ns_per_record"]
+
+
+def cpp_case(model: str, batch: int, n: int, args: argparse.Namespace, work: str) -> dict:
+    """The C++ side of ``run_case`` over the files it left in ``work``."""
+    from tests import native
+
+    program, data = (os.path.join(work, f) for f in (f"{model}{batch}.pte", f"{model}.evs"))
+    rate, _, _ = cpp_train(program, data, 20, memory=False)  # calibration: steps for --seconds
+    steps = max(20, min(int(rate * args.seconds), 200_000))
+    runs: dict[str, list[tuple[float, float, float]]] = {"container": [], "memory": []}
+    for _ in range(args.repeats):
+        for name in runs:
+            runs[name].append(cpp_train(program, data, steps, memory=name == "memory"))
+    out: dict[str, Any] = {"steps": steps}
+    for name, values in runs.items():
+        out[name] = statistics.median(v[0] for v in values)
+        out[f"cpu_{name}"] = statistics.median(v[1] for v in values)
+        out[f"feed_ns_{name}"] = statistics.median(v[2] for v in values)
+    out["ratio"] = out["container"] / out["memory"]
+    out["cpu_ratio"] = out["cpu_container"] / out["cpu_memory"]
+    bench = native.build("release") / "evs_bench"
+    done = subprocess.run([str(bench), data, "11"], capture_output=True, text=True, check=True)
+    read = json.loads(done.stdout)
+    read.pop("sink")
+    return {
+        **out,
+        "read": read,
+        "record_bytes": os.path.getsize(data) // n,
+    }
+
+
+def cpp_markdown(rows: list[dict]) -> str:
+    lines = [
+        "",
+        "## C++ (cpp/examples/train_batches.cc, the wheel's libexecutorch.so)",
+        "",
+        "Steps/s: wall time of the training loop; CPU: steps per second of the loop "
+        "thread's CPU time (what a shared machine's load does not change). Feed: the "
+        "thread's CPU time gathering a batch (reading included) per record. Reader alone "
+        "(cpp/tools/evs_bench.cc, CPU time): open, then read(i) of every record with its "
+        "checksum, each tensor touched.",
+        "",
+        "| model | batch | container | memory (arrays) | container / memory "
+        "| CPU: container / memory | feed ns/rec container | feed ns/rec memory "
+        "| reader ns/rec in order | shuffled | no checksum | open µs | bytes/rec |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        c, r = row["cpp"], row["cpp"]["read"]
+        lines.append(
+            f"| {row['model']} | {row['batch']} | {_rate(c['container'])} | "
+            f"{_rate(c['memory'])} | {c['ratio']:.2f}x | {c['cpu_ratio']:.2f}x | "
+            f"{c['feed_ns_container']:,.0f} | "
+            f"{c['feed_ns_memory']:,.0f} | {r['ns_per_record']:,.0f} | "
+            f"{r['ns_per_record_random']:,.0f} | {r['ns_per_record_no_crc']:,.0f} | "
+            f"{r['open_us']:,.1f} | {c['record_bytes']} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def _rate(value: float) -> str:
     return f"{value:,.0f}" if value >= 100 else f"{value:.1f}"
 
@@ -171,6 +249,7 @@ def main(argv: Any = None) -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--note", default="", help="a line about the machine's load")
     parser.add_argument("--out", default=RESULTS)
+    parser.add_argument("--cpp", action="store_true", help="the C++ loop too (needs g++)")
     args = parser.parse_args(argv)
     from importlib.metadata import version
 
@@ -187,13 +266,16 @@ def main(argv: Any = None) -> None:
         for model, n in (("xor", 8192), ("mlp", 4096)):
             for batch in (32, 256):
                 rows.append(run_case(model, batch, n, args, work))
+                if args.cpp:
+                    rows[-1]["cpp"] = cpp_case(model, batch, n, args, work)
                 print(json.dumps(rows[-1]), flush=True)
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "executorch.json"), "w") as f:
         json.dump({"meta": meta, "rows": rows}, f, indent=1)
+    text = markdown(rows, meta) + (cpp_markdown(rows) if args.cpp else "")
     with open(os.path.join(args.out, "executorch.md"), "w") as f:
-        f.write(markdown(rows, meta))
-    print(markdown(rows, meta))
+        f.write(text)
+    print(text)
 
 
 if __name__ == "__main__":

@@ -39,9 +39,9 @@ class XorNet(nn.Module):
 
 
 class MlpNet(nn.Module):
-    """A 32x32 single-channel image classifier (1024 -> 128 -> 10): returns (loss, class)."""
+    """A 32x32 single-channel image classifier (1024 -> 256 -> 10): returns (loss, class)."""
 
-    def __init__(self, hidden: int = 128, classes: int = 10) -> None:
+    def __init__(self, hidden: int = 256, classes: int = 10) -> None:
         super().__init__()
         self.fc1 = nn.Linear(32 * 32, hidden)
         self.fc2 = nn.Linear(hidden, classes)
@@ -119,6 +119,16 @@ def xor_examples(n: int, *, seed: int = 0, leading_one: bool = False) -> list[li
         else:
             records.append([x, label])
     return records
+
+
+def mlp_examples(n: int, *, seed: int = 0) -> list[list]:
+    """``n`` learnable records for the MLP, ``[x float32 [32, 32], label int]``: each class
+    is a fixed random image, each example its class's image plus as much Gaussian noise."""
+    rng = np.random.default_rng(seed)
+    images = rng.standard_normal((10, 32, 32), dtype=np.float32)
+    labels = rng.integers(0, 10, n)
+    x = images[labels] + rng.standard_normal((n, 32, 32), dtype=np.float32)
+    return [[x[i], int(labels[i])] for i in range(n)]
 
 
 def main(argv: Sequence[str] | None = None) -> None:

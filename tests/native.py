@@ -33,9 +33,9 @@ def sources() -> list[Path]:
     return sorted(p for p in CPP.rglob("*") if p.suffix in (".cc", ".h") and p.is_file())
 
 
-def _key(extra: list[str]) -> str:
+def _key(extra: list[str], cxx: str = CXX) -> str:
     digest = hashlib.sha256()
-    version = subprocess.run([CXX, "--version"], capture_output=True, text=True).stdout
+    version = subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout
     digest.update(version.encode() + repr((WARNINGS, VARIANTS, PROGRAMS, extra)).encode())
     for path in sources():
         digest.update(str(path.relative_to(CPP)).encode() + b"\0" + path.read_bytes())
@@ -60,8 +60,9 @@ def executorch_root() -> Path | None:
 
 
 def build_executorch() -> Path:
-    """cpp/examples/train_xor.cc linked against the wheel's libexecutorch.so and its CPU
-    kernels (the flags its lib/cmake/executorch/executorch-config.cmake gives consumers)."""
+    """cpp/examples/ (train_xor, train_batches) linked against the wheel's libexecutorch.so
+    and its CPU kernels (the flags its lib/cmake/executorch/executorch-config.cmake gives
+    consumers)."""
     root = executorch_root()
     assert root is not None, "the executorch wheel (headers and libexecutorch.so) is missing"
     include = root / "include"
@@ -72,20 +73,35 @@ def build_executorch() -> Path:
     lib = root / "lib"
     libs = [f"-L{lib}", "-Wl,--no-as-needed", "-lexecutorch_kernels_optimized", "-lexecutorch"]
     libs += ["-Wl,--as-needed", f"-Wl,-rpath,{lib}"]  # the kernels register themselves
-    programs = {"train_xor": ["examples/train_xor.cc"]}
+    programs = {
+        "train_xor": ["examples/train_xor.cc"],
+        "train_batches": ["examples/train_batches.cc"],
+    }
     key = _key(flags + libs + [str(lib)])
     return _cached(f"et-{key}", lambda work: _compile(work, flags, programs, libs))
 
 
-def _compile(work: Path, flags: list[str], programs: dict, libs: list[str]) -> None:
+def build_libfuzzer() -> Path:
+    """cpp/fuzz/fuzz_reader.cc as a real libFuzzer binary (clang's -fsanitize=fuzzer, with
+    AddressSanitizer and UBSan), ``fuzz_reader`` in the returned directory."""
+    clang = shutil.which(os.environ.get("FUZZ_CXX", "clang++"))
+    assert clang is not None, "clang++ is missing (Debian: apt-get install clang)"
+    flags = WARNINGS + ["-O1", "-g", "-fsanitize=fuzzer,address,undefined"]
+    flags += ["-fno-sanitize-recover=all", "-DEVS_LIBFUZZER", "-I", str(CPP / "include")]
+    programs = {"fuzz_reader": ["fuzz/fuzz_reader.cc"]}
+    key = _key(flags, clang)
+    return _cached(f"libfuzzer-{key}", lambda work: _compile(work, flags, programs, [], clang))
+
+
+def _compile(work: Path, flags: list[str], programs: dict, libs: list[str], cxx=CXX) -> None:
     objects = []
     for src in sorted((CPP / "src").glob("*.cc")):
         obj = work / (src.stem + ".o")
-        _run([CXX, *flags, "-c", str(src), "-o", str(obj)])
+        _run([cxx, *flags, "-c", str(src), "-o", str(obj)])
         objects.append(str(obj))
     for name, extra in programs.items():
         srcs = [str(CPP / s) for s in extra]
-        _run([CXX, *flags, *srcs, *objects, *libs, "-o", str(work / name)])
+        _run([cxx, *flags, *srcs, *objects, *libs, "-o", str(work / name)])
 
 
 def _cached(name: str, make) -> Path:

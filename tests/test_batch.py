@@ -366,7 +366,7 @@ def test_closed_dataset(w1_path):
 
 def test_batches_of_one_or_few_layouts_are_decoded_by_column(w1_path, monkeypatch):
     """The tests above go through the column-by-column path, not only record by record."""
-    from evalue_store.codec import batch as codec_batch
+    from evalue_store.codec import batch_decode as codec_batch
     from evalue_store.dataset import batch
 
     calls = []

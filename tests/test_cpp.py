@@ -362,6 +362,15 @@ def test_fuzz_target_replays_the_corpus_under_sanitizers(asan):
     assert done.stdout == f"replayed {len(files)} inputs, {40 * len(files)} mutants\n"
 
 
+def test_libfuzzer_run_of_the_fuzz_target_finds_nothing(tmp_path):
+    """A real coverage-guided libFuzzer run (clang -fsanitize=fuzzer, with ASan and UBSan)
+    of cpp/fuzz/fuzz_reader.cc from the kept corpus, 20 s (tools/fuzz_cpp.py runs longer
+    campaigns): no crash, sanitizer report, leak, hang or oversized allocation."""
+    result = tool("fuzz_cpp").campaign(20, tmp_path)
+    assert result["returncode"] == 0 and not result["crashes"], result["log"][-3000:]
+    assert result["runs"] > 1000 and result["coverage"] > 300, result["log"][-3000:]
+
+
 def test_benchmark_script_measures_reads(tmp_path):
     """benchmarks/cpp_reader.py's read part runs (no timing is asserted)."""
     from benchmarks.cpp_reader import read_overhead

@@ -23,7 +23,7 @@ from evalue_store.executorch import (
     read_method_inputs,
 )
 from evalue_store.torch import EValueDataset
-from tests.et_programs import XorNet, export_xor, xor_examples
+from tests.et_programs import XorNet, export_model, export_xor, mlp_examples, xor_examples
 
 N = 64
 LR = 2.0
@@ -113,6 +113,16 @@ def test_static_batch_trains_like_memory_bit_for_bit(programs, xor_file):
     assert not np.array_equal(orders[0], orders[1])  # shuffled, differently each epoch
     reference = train_from_memory(programs["static"], xor_examples(N, seed=1), orders, 4, False)
     assert losses == reference
+
+
+def test_mlp_on_32x32_images_trains_from_a_container(tmp_path):
+    """A larger program than XOR (1024 -> 256 -> 10, batch 32): its loss falls too."""
+    program = str(export_model(tmp_path / "mlp.pte", "mlp", batch=32))
+    data = pack(tmp_path / "mlp.evs", mlp_examples(128))
+    trainer = Trainer(program, data, lr=0.1, seed=0)
+    assert trainer.data.batch_size == 32
+    losses = trainer.train(epochs=4)
+    assert len(losses) == 16 and losses[0] > 2.0 and np.mean(losses[-4:]) < 0.5, losses
 
 
 def test_dynamic_batch_of_leading_one_records_trains_like_memory(programs, xor_lead_file):

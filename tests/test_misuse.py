@@ -348,3 +348,24 @@ def test_a_dictionary_no_reader_could_use_is_refused_before_any_file(tmp_path, d
         w.append(rec(1))
     with evs.open(path) as ds:
         assert len(ds) == 1
+
+
+def test_a_whole_file_write_that_fails_leaves_the_old_file_and_no_temporary(tmp_path):
+    """Manifests and remote copies are written through files.atomic_file: a reader finds
+    the old bytes or the new ones, and a failure part way leaves no stray file."""
+    from evalue_store.files import atomic_file
+
+    path = tmp_path / "m.json"
+    path.write_bytes(b"old")
+    with pytest.raises(RuntimeError):
+        with atomic_file(str(path)) as f:
+            f.write(b"half of the new")
+            raise RuntimeError("interrupted")
+    assert path.read_bytes() == b"old" and [p.name for p in tmp_path.iterdir()] == ["m.json"]
+    with pytest.raises(FileExistsError):
+        with atomic_file(str(path), replace=False) as f:
+            f.write(b"new")
+    assert path.read_bytes() == b"old" and [p.name for p in tmp_path.iterdir()] == ["m.json"]
+    with atomic_file(str(path)) as f:
+        f.write(b"new")
+    assert path.read_bytes() == b"new" and [p.name for p in tmp_path.iterdir()] == ["m.json"]

@@ -415,17 +415,15 @@ def test_layout_2_entries_that_disagree_with_their_frames_fail_verify(tmp_path, 
     """FRAMES.md §9 rule 2 and §10: a lookup through a locator takes L and crc from the
     frame header and may return the record; a scan and verify compare every index entry
     with its frame, as in a plain file, where every read refuses it."""
-    from evalue_store.dataset import append as writer
-
-    entry = writer.ENTRY
+    from evalue_store.dataset import append
 
     class Lying:
-        size = entry.size
+        size = ENTRY.size
 
         def pack(self, offset, length, crc, reserved):
-            return entry.pack(offset, length, crc ^ 1, reserved)
+            return ENTRY.pack(offset, length, crc ^ 1, reserved)
 
-    monkeypatch.setattr(writer, "ENTRY", Lying())
+    monkeypatch.setattr(append, "ENTRY", Lying())  # where a writer packs appended entries
     for name, options in (("p.evs", {}), ("z.evs.zst", {"compression": "zstd"})):
         with evs.Writer(tmp_path / name, **options) as w:
             w.append([1])

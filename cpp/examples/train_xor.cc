@@ -18,20 +18,12 @@
 
 #include "evalue_store/executorch.h"
 #include "evalue_store/reader.h"
+#include "training.h"
 
 namespace evs = evalue_store;
 using executorch::extension::TensorPtr;
 using executorch::extension::module::Module;
 using executorch::runtime::EValue;
-
-static int64_t index_of(Module& module, const char* method) {
-  auto result = module.execute(method);
-  if (!result.ok()) {
-    std::fprintf(stderr, "%s failed: error 0x%x\n", method, static_cast<int>(result.error()));
-    std::exit(1);
-  }
-  return result->at(0).toInt();
-}
 
 int main(int argc, char** argv) {
   if (argc < 5) {
@@ -49,8 +41,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   Module module(argv[1], Module::LoadMode::File);
-  const int64_t grads_at = index_of(module, "__et_training_gradients_index_forward");
-  const int64_t params_at = index_of(module, "__et_training_parameters_index_forward");
+  const examples::Layout layout(module);
 
   // The baseline: every record's tensors copied into memory once, then wrapped from there.
   std::vector<std::vector<float>> xs;
@@ -91,13 +82,7 @@ int main(int argc, char** argv) {
       return 1;
     }
     losses.push_back(out->at(0).toTensor().const_data_ptr<float>()[0]);
-    for (int64_t k = 0; k < params_at - grads_at; ++k) {  // SGD, in place
-      auto param = out->at(static_cast<size_t>(params_at + k)).toTensor();
-      auto grad = out->at(static_cast<size_t>(grads_at + k)).toTensor();
-      float* p = param.mutable_data_ptr<float>();
-      const float* g = grad.const_data_ptr<float>();
-      for (ssize_t j = 0; j < param.numel(); ++j) p[j] -= lr * g[j];
-    }
+    examples::sgd_step(*out, layout, lr);
   }
   double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -14,6 +14,8 @@ import os
 from collections.abc import Sequence
 from typing import Protocol
 
+import numpy as np
+
 
 class ByteReader(Protocol):
     name: str
@@ -54,3 +56,34 @@ class FdReader:
         fd, self.fd = self.fd, -1
         if self.owns_fd and fd >= 0:
             os.close(fd)
+
+
+GATHER_GAP = 4 << 10  # ranges of a batch this close together are read as one span
+
+
+class Gather:
+    """How a batch of byte ranges (``offsets``, ``sizes``: int64 arrays) is read in one
+    pass: as ``spans`` (start, n), sorted, each merging ranges closer than ``gap``, placed
+    in one buffer of ``size`` bytes at ``places``, each congruent to its start modulo
+    ``alignment`` (so aligned data stays aligned); range k is then at ``positions[k]``.
+    The buffer ends with 8 bytes to spare: a reader of 8-byte words never runs off it."""
+
+    def __init__(self, offsets: np.ndarray, sizes: np.ndarray, alignment: int, gap: int):
+        order = np.argsort(offsets, kind="stable")
+        starts = offsets[order]
+        ends = starts + sizes[order]
+        reach = np.maximum.accumulate(ends)
+        new = np.ones(len(starts), bool)
+        new[1:] = starts[1:] > reach[:-1] + gap
+        firsts = np.flatnonzero(new)
+        span_starts = starts[firsts]
+        span_sizes = np.maximum.reduceat(ends, firsts) - span_starts
+        slack = alignment - 1  # each span may need this much to reach its congruent place
+        places = np.cumsum(span_sizes + slack) - (span_sizes + slack)
+        places += (span_starts - places) % alignment
+        self.size = (int(places[-1] + span_sizes[-1]) if len(places) else 0) + 8
+        self.spans = list(zip(span_starts.tolist(), span_sizes.tolist()))
+        self.places = places.tolist()
+        span_of = np.empty(len(offsets), np.int64)
+        span_of[order] = np.cumsum(new) - 1
+        self.positions = places[span_of] + offsets - span_starts[span_of]

@@ -6,7 +6,6 @@ FormatError naming the offset and the reason. All integers are little-endian.
 
 from __future__ import annotations
 
-import json
 import os
 import struct
 import zlib
@@ -16,7 +15,19 @@ from typing import Any, Callable
 import crc32c as _crc32c
 import numpy as np
 
-from .errors import FormatError
+from .errors import (
+    CHECKSUM,
+    COMMIT,
+    HEADER,
+    INDEX,
+    LIMIT,
+    METADATA,
+    NOT_A_CONTAINER,
+    OUT_OF_BOUNDS,
+    TRUNCATED,
+    UNSUPPORTED,
+    FormatError,
+)
 
 MAGIC = b"\x89EVS\r\n\x1a\n"
 VERSION_MAJOR = 1
@@ -31,7 +42,6 @@ DEFAULT_ALIGNMENT = 64
 MAX_WRITER_INFO = 1024
 MAX_SEGMENTS = 4096
 MAX_METADATA = 64 << 20
-MAX_METADATA_DEPTH = 512  # arrays and objects nested in metadata, the top object counting 1
 
 # header: magic, major, minor, flags, alignment, header_length, file_id, created_ns, writer_len
 HEADER_FIXED = struct.Struct("<8sHHIII16sQH")
@@ -83,6 +93,14 @@ def checksum_function(flags: int) -> Checksum:
     return crc32c if flags & FLAG_CRC32C else crc32
 
 
+def checksum_name(flags: int) -> str:
+    """The name reports give that checksum: a key of CHECKSUM_TITLES."""
+    return "crc32c" if flags & FLAG_CRC32C else "crc32"
+
+
+CHECKSUM_TITLES = {"crc32": "CRC-32", "crc32c": "CRC-32C"}  # as people write them
+
+
 def version_flags(version: str) -> int:
     """The header flags of a new file of format ``version`` ("1.0" or "1.1")."""
     if version not in VERSIONS:
@@ -108,6 +126,10 @@ class Header:
         return checksum_function(self.flags)
 
     @property
+    def checksum_name(self) -> str:
+        return checksum_name(self.flags)
+
+    @property
     def version(self) -> str:
         return f"{VERSION_MAJOR}.{self.minor}"
 
@@ -130,31 +152,39 @@ def encode_header(
 def parse_header(read: Callable[[int, int], bytes], size: int) -> Header:
     """Parse and check the header; ``read(offset, n)`` returns file bytes."""
     if size == 0:
-        raise FormatError("empty file, not an evalue_store container", 0)
+        raise FormatError("empty file, not an evalue_store container", 0, code=NOT_A_CONTAINER)
     head = bytes(read(0, min(size, HEADER_FIXED.size)))
     if len(head) < len(MAGIC) or head[: len(MAGIC)] != MAGIC:
-        raise FormatError("bad magic: not an evalue_store container", 0)
+        raise FormatError("bad magic: not an evalue_store container", 0, code=NOT_A_CONTAINER)
     if len(head) < HEADER_FIXED.size:
-        raise FormatError(f"truncated header: file has {size} bytes", size)
+        raise FormatError(f"truncated header: file has {size} bytes", size, code=TRUNCATED)
     magic, major, minor, flags, alignment, length, file_id, created, wlen = HEADER_FIXED.unpack(
         head
     )
     if major != VERSION_MAJOR:
-        raise FormatError(f"unsupported format version {major}.{minor} (reader knows 1.x)", 8)
+        raise FormatError(
+            f"unsupported format version {major}.{minor} (reader knows 1.x)", 8, code=UNSUPPORTED
+        )
     if flags & ~KNOWN_FLAGS:
-        raise FormatError(f"unknown header flags {flags:#x}", 12)
+        raise FormatError(f"unknown header flags {flags:#x}", 12, code=UNSUPPORTED)
     if not valid_alignment(alignment):
-        raise FormatError(f"alignment {alignment} is not a power of two in [8, 65536]", 16)
+        raise FormatError(
+            f"alignment {alignment} is not a power of two in [8, 65536]", 16, code=HEADER
+        )
     if wlen > MAX_WRITER_INFO or length != HEADER_FIXED.size + wlen + HEADER_CRC.size:
-        raise FormatError(f"header length {length} disagrees with writer info length {wlen}", 20)
+        raise FormatError(
+            f"header length {length} disagrees with writer info length {wlen}", 20, code=HEADER
+        )
     data_start = align_up(length, alignment)
     if size < data_start:
-        raise FormatError(f"truncated header: needs {data_start} bytes, file has {size}", size)
+        raise FormatError(
+            f"truncated header: needs {data_start} bytes, file has {size}", size, code=TRUNCATED
+        )
     body = bytes(read(0, length))
     crc_at = length - HEADER_CRC.size
     (stored,) = HEADER_CRC.unpack_from(body, crc_at)
     if checksum_function(flags)(body[:crc_at]) != stored:  # with the function flags name
-        raise FormatError("header checksum mismatch", crc_at)
+        raise FormatError("header checksum mismatch", crc_at, code=CHECKSUM)
     writer = body[HEADER_FIXED.size : HEADER_FIXED.size + wlen].decode("utf-8", "replace")
     return Header(alignment, file_id, created, writer, minor, data_start, length, flags)
 
@@ -204,57 +234,6 @@ def encode_footer(offset: int, file_id: bytes, commit: Commit, checksum: Checksu
     unsigned = TRAILER.pack(offset, length, 0, TRAILER_MAGIC)
     crc = checksum(unsigned[: TRAILER.size - TRAILER_UNCHECKED], checksum(body))
     return body + TRAILER.pack(offset, length, crc, TRAILER_MAGIC)
-
-
-def double_int(text: str) -> int:
-    """A JSON integer, refused (ValueError) when no double holds it (docs/FORMAT.md §7)."""
-    value = int(text)
-    try:
-        float(value)
-    except OverflowError:
-        raise ValueError(
-            f"the integer {text[:20]}... ({len(text)} digits) is too large for a double"
-        ) from None
-    return value
-
-
-def json_depth(value: Any) -> int:
-    """How deeply arrays and objects nest in a parsed JSON value (one of them alone is 1),
-    counted level by level without recursion."""
-    depth, level = 0, [value] if isinstance(value, (dict, list)) else []
-    while level:
-        depth += 1
-        level = [
-            item
-            for v in level
-            for item in (v.values() if isinstance(v, dict) else v)
-            if isinstance(item, (dict, list))
-        ]
-    return depth
-
-
-def parse_metadata(raw: bytes, offset: int) -> dict:
-    """The metadata block's JSON object (docs/FORMAT.md section 7), or FormatError.
-
-    It must be what a writer could have written: strict JSON (no NaN or Infinity, no number
-    beyond a double) whose strings are Unicode text (no lone surrogate, even escaped), so
-    that whatever reads it can also write it again (copy, compress, merge).
-    """
-    try:
-        value = json.loads(raw.decode("utf-8"), parse_int=double_int)
-    except (ValueError, RecursionError) as exc:
-        # RecursionError: hostile nesting ([[[[...) deeper than json can parse
-        raise FormatError(f"metadata is not JSON: {exc}", offset) from None
-    try:
-        json.dumps(value, ensure_ascii=False, allow_nan=False).encode("utf-8")
-    except (ValueError, RecursionError) as exc:  # UnicodeEncodeError is a ValueError
-        reason = f"metadata is not strict JSON text (NaN, Infinity or a lone surrogate): {exc}"
-        raise FormatError(reason, offset) from None
-    if not isinstance(value, dict):
-        raise FormatError("metadata is not a JSON object", offset)
-    if json_depth(value) > MAX_METADATA_DEPTH:
-        raise FormatError(f"metadata nests deeper than {MAX_METADATA_DEPTH}", offset)
-    return value
 
 
 def empty_commit(data_start: int) -> Commit:
@@ -340,30 +319,40 @@ def _check_commit(commit: Commit, header: Header) -> None:
     total = 0
     for k, seg in enumerate(commit.segments):
         if seg.offset % header.alignment or seg.offset < header.data_start:
-            raise FormatError(f"index segment {k} at bad offset {seg.offset}", where)
+            raise FormatError(
+                f"index segment {k} at bad offset {seg.offset}", where, code=OUT_OF_BOUNDS
+            )
         if seg.count == 0 or seg.offset + seg.count * ENTRY_SIZE > commit.footer_offset:
-            raise FormatError(f"index segment {k} ({seg.count} entries) overruns the footer", where)
+            raise FormatError(
+                f"index segment {k} ({seg.count} entries) overruns the footer",
+                where,
+                code=OUT_OF_BOUNDS,
+            )
         total += seg.count
     if total != commit.record_count:
         raise FormatError(
-            f"footer counts {commit.record_count} records but its segments hold {total}", where
+            f"footer counts {commit.record_count} records but its segments hold {total}",
+            where,
+            code=INDEX,
         )
     spans = sorted((seg.offset, seg.offset + seg.count * ENTRY_SIZE) for seg in commit.segments)
     for (_, end), (start, _) in zip(spans, spans[1:]):
         if start < end:  # else an index of n entries could count as 4096 n records
-            raise FormatError(f"index segments overlap at {start}", where)
+            raise FormatError(f"index segments overlap at {start}", where, code=INDEX)
     if commit.metadata_length:
         if commit.metadata_length > MAX_METADATA or commit.metadata_offset < header.data_start:
-            raise FormatError("metadata block out of bounds", where)
+            raise FormatError("metadata block out of bounds", where, code=OUT_OF_BOUNDS)
         if commit.metadata_offset + commit.metadata_length > commit.footer_offset:
-            raise FormatError("metadata block overruns the footer", where)
+            raise FormatError("metadata block overruns the footer", where, code=OUT_OF_BOUNDS)
     elif commit.metadata_offset or commit.metadata_crc:  # "no metadata" has one encoding
-        raise FormatError("no metadata (length 0) but a metadata offset or checksum", where)
+        raise FormatError(
+            "no metadata (length 0) but a metadata offset or checksum", where, code=METADATA
+        )
     if commit.prev_footer >= commit.footer_offset:
-        raise FormatError("previous footer does not precede this one", where)
+        raise FormatError("previous footer does not precede this one", where, code=COMMIT)
     if commit.number == 0 or (commit.number == 1) != (commit.prev_footer == 0):
         reason = f"commit {commit.number} with previous footer {commit.prev_footer}"
-        raise FormatError(f"{reason}: only commit 1 has none", where)
+        raise FormatError(f"{reason}: only commit 1 has none", where, code=COMMIT)
 
 
 def open_container(source: Any) -> tuple[Header, Commit]:
@@ -412,6 +401,7 @@ def find_last_commit(read: Callable[[int, int], bytes], size: int, header: Heade
                     f"no valid commit found after checksumming {hashed} bytes of candidate "
                     f"footers in the last {size - trailer_end} bytes (a hostile tail?)",
                     trailer_end,
+                    code=LIMIT,
                 )
             commit = _parse_footer(read, trailer_end, header, *found)
             if commit is not None:
@@ -431,11 +421,13 @@ def check_frame(
     """
     magic, frame_crc, frame_len = FRAME.unpack(frame)
     if magic != FRAME_MAGIC:
-        raise FormatError("no record frame here (bad frame magic)", offset)
+        raise FormatError("no record frame here (bad frame magic)", offset, code=INDEX)
     if offset + FRAME_SIZE + frame_len > limit:
-        raise FormatError(f"record length {frame_len} runs past the committed data", offset)
+        raise FormatError(
+            f"record length {frame_len} runs past the committed data", offset, code=OUT_OF_BOUNDS
+        )
     if length is not None and (frame_len != length or frame_crc != crc):
-        raise FormatError("record frame disagrees with its index entry", offset)
+        raise FormatError("record frame disagrees with its index entry", offset, code=INDEX)
     return frame_len, frame_crc
 
 

@@ -9,16 +9,27 @@ the file ("file") or of the logical container a compressed file holds ("containe
 
 from __future__ import annotations
 
-# FormatError.code values. New codes may be added; a code's meaning never changes.
-MALFORMED = "malformed"  # bytes that break a rule of the format (the default)
+# FormatError.code values. New codes may be added; a code's meaning never changes. Kinds of
+# problem first, then the structure a problem was found in when no kind says more.
 CHECKSUM = "checksum"  # a checksum does not match the bytes it covers
 TRUNCATED = "truncated"  # the bytes end before what they must hold
-OUT_OF_BOUNDS = "out-of-bounds"  # an offset or length points outside where it may
+OUT_OF_BOUNDS = "out-of-bounds"  # an offset, length or count points outside where it may
 LIMIT = "limit"  # a size over a limit of the format or of the reader (max_record_bytes, ...)
+NOT_A_CONTAINER = "not-a-container"  # not evalue_store bytes at all (magic, file type)
+UNSUPPORTED = "unsupported"  # a version or flag this reader does not implement
+CHANGED = "changed"  # the file or object changed while it was being read
+HEADER = "header"  # the file header's fields break a rule (alignment, lengths)
+COMMIT = "commit"  # the footers do not chain into commits (no valid commit, numbering)
+INDEX = "index"  # an index segment or entry breaks a rule (overlap, reserved bits, frames)
 METADATA = "metadata"  # the metadata block is not what the format allows
-FRAME = "frame"  # a zstd frame or seek table of a compressed file is damaged
-NOT_A_CONTAINER = "not-a-container"  # no evalue_store container at all (magic, file type)
+FIELDS = "fields"  # the records' values do not match the file's field names
+VALUE = "value"  # a record's bytes break the value grammar (tags, dtypes, padding, UTF-8)
+ZSTD_FRAME = "frame"  # a zstd frame of a compressed file is damaged (header, blocks, content)
+SEEK_TABLE = "seek-table"  # a seek table of a layout-1 compressed file is damaged
+LAYOUT = "layout"  # a layout-2 structure is damaged: layout frame, index block, frame map
+DICTIONARY = "dictionary"  # a compressed file's dictionary cannot be used
 MANIFEST = "manifest"  # a shard manifest is malformed or disagrees with its shards
+MALFORMED = "malformed"  # a rule of the format that no code above names
 
 
 class Error(Exception):

@@ -8,6 +8,9 @@
   start on the old inode meanwhile.
 - After a file is created or renamed, its directory is fsynced, or the new name may not
   survive a power cut although the file's own data did.
+- A small file written whole (a manifest, a downloaded copy) is written to a temporary
+  file, fsynced, then renamed into place (``atomic_file``): it is found complete or not
+  at all.
 
 POSIX only: reads and writes use ``os.pread``/``os.pwrite`` and the lock is ``flock``.
 """
@@ -19,6 +22,8 @@ import errno
 import fcntl
 import os
 import secrets
+from collections.abc import Iterator
+from typing import IO
 
 from .errors import WriterLockedError
 
@@ -188,3 +193,41 @@ def link_new(source: str, path: str) -> bool:
         return True
     os.unlink(source)
     return True
+
+
+@contextlib.contextmanager
+def atomic_file(
+    path: str,
+    *,
+    durable: bool = True,
+    replace: bool = True,
+    mode: int | None = None,
+    encoding: str | None = None,
+) -> Iterator[IO]:
+    """A whole new file at ``path``, written through the file object this yields (binary,
+    or text in ``encoding``).
+
+    The bytes go to a temporary file beside ``path`` (mode ``mode``, default that of a new
+    container), fsynced, then renamed over ``path`` and the directory fsynced: readers find
+    the old file or the new one, never a torn one. Without ``replace`` an existing ``path``
+    is never replaced (FileExistsError). An exception removes the temporary file and leaves
+    ``path`` as it was. ``durable=False`` skips both fsyncs.
+    """
+    fd, temp = create_temp(path, new_file_mode() if mode is None else mode)
+    try:
+        with os.fdopen(fd, "w" if encoding else "wb", encoding=encoding) as f:
+            yield f
+            f.flush()
+            if durable:
+                os.fsync(f.fileno())
+        if replace:
+            os.replace(temp, path)
+        else:
+            os.link(temp, path)  # FileExistsError if path exists
+            os.unlink(temp)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp)
+        raise
+    if durable:
+        fsync_dir(path)

@@ -20,7 +20,7 @@ from typing import Any, Literal, Union
 import numpy as np
 
 from .dtypes import CODE_TO_DTYPE, CODE_TO_NAME, dtype_code
-from .errors import LIMIT, TRUNCATED, EncodeError, FormatError
+from .errors import LIMIT, NOT_A_CONTAINER, TRUNCATED, VALUE, EncodeError, FormatError
 from .values import Kind, classify
 
 __all__ = ["dumps", "loads", "dumps_record", "loads_record", "iter_record_slices", "MAGIC"]
@@ -144,12 +144,14 @@ def loads(data: Buffer, *, strings: Literal["str", "bytes"] = "str") -> Any:
     elif tag == Kind.BOOL:
         _need(view, 1, 1, "Bool payload")
         if view[1] > 1:
-            raise FormatError(f"Bool byte is {view[1]}, must be 0 or 1", 1)
+            raise FormatError(f"Bool byte is {view[1]}, must be 0 or 1", 1, code=VALUE)
         value, end = view[1] == 1, 2
     else:
-        raise FormatError(f"unknown EValue tag {tag}: Java writes only tags 0..5", 0)
+        raise FormatError(f"unknown EValue tag {tag}: Java writes only tags 0..5", 0, code=VALUE)
     if end != size:
-        raise FormatError(f"{size - end} trailing bytes after the {Kind(tag).name} value", end)
+        raise FormatError(
+            f"{size - end} trailing bytes after the {Kind(tag).name} value", end, code=VALUE
+        )
     return value
 
 
@@ -176,7 +178,7 @@ def _load_string(view: memoryview, strings: str) -> tuple[str | bytes, int]:
     _need(view, 1, 4, "String length")
     (length,) = _I32.unpack_from(view, 1)
     if length < 0:
-        raise FormatError(f"negative String length {length}", 1)
+        raise FormatError(f"negative String length {length}", 1, code=VALUE)
     _need(view, 5, length, "String bytes")
     raw = view[5 : 5 + length]
     if strings == "bytes":
@@ -184,7 +186,9 @@ def _load_string(view: memoryview, strings: str) -> tuple[str | bytes, int]:
     try:
         return str(raw, "utf-8"), 5 + length
     except UnicodeDecodeError as exc:
-        raise FormatError(f"invalid UTF-8 in String: {exc.reason}", 5 + exc.start) from None
+        raise FormatError(
+            f"invalid UTF-8 in String: {exc.reason}", 5 + exc.start, code=VALUE
+        ) from None
 
 
 def _load_tensor(view: memoryview) -> np.ndarray:
@@ -193,7 +197,7 @@ def _load_tensor(view: memoryview) -> np.ndarray:
     dtype = JAVA_DTYPES.get(code)
     if dtype is None:
         known = f" ({CODE_TO_NAME[code]}, which Java cannot hold)" if code in CODE_TO_NAME else ""
-        raise FormatError(f"unknown tensor dtype code {code}{known}", 1)
+        raise FormatError(f"unknown tensor dtype code {code}{known}", 1, code=VALUE)
     if rank > MAX_RANK:
         raise FormatError(
             f"rank byte {rank} > {MAX_RANK} (Java reads it as {rank - 256})", 2, code=LIMIT
@@ -202,7 +206,7 @@ def _load_tensor(view: memoryview) -> np.ndarray:
     dims = struct.unpack_from(f">{rank}i", view, 3)
     for axis, dim in enumerate(dims):
         if dim < 0:
-            raise FormatError(f"negative tensor dim {dim} (axis {axis})", 3 + 4 * axis)
+            raise FormatError(f"negative tensor dim {dim} (axis {axis})", 3 + 4 * axis, code=VALUE)
     start = 3 + 4 * rank
     nbytes = math.prod(dims) * dtype.itemsize  # Python int: hostile dims cannot overflow
     left = len(view) - start
@@ -215,7 +219,9 @@ def _load_tensor(view: memoryview) -> np.ndarray:
         )
     if left > nbytes:
         raise FormatError(
-            f"{left - nbytes} trailing bytes after tensor data of shape {dims}", start + nbytes
+            f"{left - nbytes} trailing bytes after tensor data of shape {dims}",
+            start + nbytes,
+            code=VALUE,
         )
     flat = np.frombuffer(view, dtype, count=nbytes // dtype.itemsize, offset=start)
     try:
@@ -273,9 +279,11 @@ def _record_entries(data: Buffer) -> Iterator[tuple[int, memoryview]]:
     _need(view, 0, _RECORD_HEADER.size, "record header")
     magic, count = _RECORD_HEADER.unpack_from(view)
     if magic != MAGIC:
-        raise FormatError(f"bad record magic {bytes(magic)!r}, expected {MAGIC!r}", 0)
+        raise FormatError(
+            f"bad record magic {bytes(magic)!r}, expected {MAGIC!r}", 0, code=NOT_A_CONTAINER
+        )
     if count < 0:
-        raise FormatError(f"negative record count {count}", 4)
+        raise FormatError(f"negative record count {count}", 4, code=VALUE)
     left = len(view) - _RECORD_HEADER.size
     if count * _MIN_ENTRY > left:
         raise FormatError(
@@ -292,10 +300,14 @@ def _record_body(view: memoryview, count: int) -> Iterator[tuple[int, memoryview
         _need(view, offset, 4, f"length of record value {index}")
         (length,) = _I32.unpack_from(view, offset)
         if length < 1:
-            raise FormatError(f"record value {index} has length {length}, must be >= 1", offset)
+            raise FormatError(
+                f"record value {index} has length {length}, must be >= 1", offset, code=VALUE
+            )
         offset += 4
         _need(view, offset, length, f"record value {index}")
         yield offset, view[offset : offset + length]
         offset += length
     if offset != len(view):
-        raise FormatError(f"{len(view) - offset} trailing bytes after the record", offset)
+        raise FormatError(
+            f"{len(view) - offset} trailing bytes after the record", offset, code=VALUE
+        )

@@ -13,7 +13,7 @@ import numpy as np
 
 import evalue_store as evs
 
-from ..container import ENTRY_SIZE, FRAME_SIZE, crc32c
+from ..container import CHECKSUM_TITLES, ENTRY_SIZE, FRAME_SIZE
 from .registry import at_least_one, command, file_arg, json_arg
 from .render import (
     EXIT_OK,
@@ -112,7 +112,7 @@ def info_report(ds: evs.Dataset) -> tuple[dict, list[str]]:
         "segments": len(commit.segments),
         "alignment": header.alignment,
         "format_version": header.version,
-        "checksum": "crc32c" if header.checksum is crc32c else "crc32",
+        "checksum": header.checksum_name,
         "writer": header.writer,
         "created": created.isoformat(timespec="seconds"),
         "file_id": header.file_id.hex(),
@@ -121,9 +121,6 @@ def info_report(ds: evs.Dataset) -> tuple[dict, list[str]]:
         "schema": rows,
     }
     return report, problems + record_problems
-
-
-CHECKSUM_NAMES = {"crc32c": "CRC-32C", "crc32": "CRC-32"}
 
 
 def print_info(report: dict, problems: list[str]) -> None:
@@ -145,7 +142,7 @@ def print_info(report: dict, problems: list[str]) -> None:
         ("commits", str(report["commits"])),
         ("segments", str(report["segments"])),
         ("alignment", str(report["alignment"])),
-        ("format", f"{report['format_version']}, {CHECKSUM_NAMES[report['checksum']]} checksums"),
+        ("format", f"{report['format_version']}, {CHECKSUM_TITLES[report['checksum']]} checksums"),
         ("writer", report["writer"]),
         ("created", report["created"]),
         ("file id", report["file_id"]),

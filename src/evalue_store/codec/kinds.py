@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..dtypes import CODE_TO_DTYPE, dtype_code
-from ..errors import EncodeError, FormatError
+from ..errors import LIMIT, OUT_OF_BOUNDS, TRUNCATED, VALUE, EncodeError, FormatError
 from ..values import INT64_MAX, INT64_MIN, MAX_RANK, Kind, classify
 from .grammar import (
     BIG_PART,
@@ -123,7 +123,7 @@ class BoolCodec:
     def decode(self, reader: Any, at: int) -> bool:
         byte = reader.buf[reader.need(BOOL_SIZE, "Bool")]
         if byte > 1:
-            raise FormatError(f"Bool byte {byte} is neither 0 nor 1", reader.pos - 1)
+            raise FormatError(f"Bool byte {byte} is neither 0 nor 1", reader.pos - 1, code=VALUE)
         return byte == 1
 
     def step(self, compiler: Any) -> Slot:
@@ -157,11 +157,13 @@ class StringCodec:
         if subtype == STRING_BYTES:
             return raw
         if subtype != STRING_UTF8:
-            raise FormatError(f"unknown String subtype {subtype}", at + 1)
+            raise FormatError(f"unknown String subtype {subtype}", at + 1, code=VALUE)
         try:
             return raw.decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise FormatError(f"invalid UTF-8 in String: {exc.reason}", start + exc.start) from None
+            raise FormatError(
+                f"invalid UTF-8 in String: {exc.reason}", start + exc.start, code=VALUE
+            ) from None
 
     def step(self, compiler: Any) -> Slot:
         subtype, size = (compiler.field(code)[2] for code in STRING)
@@ -231,38 +233,42 @@ class TensorCodec:
     def decode(self, reader: Any, at: int) -> np.ndarray:
         buf, pos, end = reader.buf, reader.pos, reader.end
         if end - pos < TENSOR_TAIL.size:
-            raise FormatError("truncated Tensor header", pos)
+            raise FormatError("truncated Tensor header", pos, code=TRUNCATED)
         code, rank, flags = TENSOR_TAIL.unpack_from(buf, pos)
         dtype = CODE_TO_DTYPE.get(code)
         if dtype is None:
-            raise FormatError(f"unknown tensor dtype code {code}", at + 1)
+            raise FormatError(f"unknown tensor dtype code {code}", at + 1, code=VALUE)
         if rank > MAX_RANK:
-            raise FormatError(f"tensor rank {rank} exceeds {MAX_RANK}", at + 2)
+            raise FormatError(f"tensor rank {rank} exceeds {MAX_RANK}", at + 2, code=LIMIT)
         if flags & ~TENSOR_DIM_ORDER:
-            raise FormatError(f"unknown tensor flags {flags:#x}", at + 3)
+            raise FormatError(f"unknown tensor flags {flags:#x}", at + 3, code=VALUE)
         pos += TENSOR_TAIL.size
         if end - pos < DIM_SIZE * rank + (rank if flags else 0):
-            raise FormatError("truncated Tensor dims", pos)
+            raise FormatError("truncated Tensor dims", pos, code=TRUNCATED)
         shape = DIMS[rank].unpack_from(buf, pos)
         pos += DIM_SIZE * rank
         order = None
         if flags:
             order = bytes(buf[pos : pos + rank])
             if sorted(order) != list(range(rank)):
-                raise FormatError(f"dim order {list(order)} is not a permutation", pos)
+                raise FormatError(f"dim order {list(order)} is not a permutation", pos, code=VALUE)
             pos += rank
         align = reader.alignment
         data = reader.frame + (pos - reader.frame + align - 1) // align * align
         if data <= end and bytes(buf[pos:data]).count(0) != data - pos:
-            raise FormatError("non-zero bytes in the padding before tensor data", pos)
+            raise FormatError("non-zero bytes in the padding before tensor data", pos, code=VALUE)
         nbytes = extent = dtype.itemsize
         for dim in shape:
             nbytes *= dim
             extent *= dim or 1
         if extent >= 1 << 63:
-            raise FormatError(f"tensor dims {list(shape)} overflow 64-bit sizes", at + 4)
+            raise FormatError(
+                f"tensor dims {list(shape)} overflow 64-bit sizes", at + 4, code=LIMIT
+            )
         if data > end or nbytes > end - data:
-            raise FormatError(f"tensor data ({nbytes} bytes) runs past the record", data)
+            raise FormatError(
+                f"tensor data ({nbytes} bytes) runs past the record", data, code=OUT_OF_BOUNDS
+            )
         reader.pos = data + nbytes
         reader.data_at = data
         if order:
@@ -273,7 +279,7 @@ class TensorCodec:
             if rank != 1:
                 array = array.reshape(shape)
         if code == BOOL_CODE and nbytes and array.view(np.uint8).max() > 1:
-            raise FormatError("bool tensor holds a byte other than 0 or 1", data)
+            raise FormatError("bool tensor holds a byte other than 0 or 1", data, code=VALUE)
         return array
 
     def step(self, compiler: Any) -> Slot | None:
@@ -310,13 +316,15 @@ class ScalarListCodec:
         count = U64.unpack_from(reader.buf, reader.need(U64.size, "list length"))[0]
         if count > (reader.end - reader.pos) // self.itemsize:
             raise FormatError(
-                f"list claims {count} items, more than its bytes", reader.pos - U64.size
+                f"list claims {count} items, more than its bytes",
+                reader.pos - U64.size,
+                code=OUT_OF_BOUNDS,
             )
         start = reader.need(count * self.itemsize, "list items")
         items = np.frombuffer(reader.buf, self.dtype, count, start)
         if self.kind is Kind.LIST_BOOL:
             if count and items.max() > 1:
-                raise FormatError("ListBool item is neither 0 nor 1", start)
+                raise FormatError("ListBool item is neither 0 nor 1", start, code=VALUE)
             return [bool(x) for x in items]
         return items.tolist()
 
@@ -338,7 +346,9 @@ class TensorListCodec:
     def decode(self, reader: Any, at: int) -> list:
         count = U64.unpack_from(reader.buf, reader.need(U64.size, "list length"))[0]
         if count > reader.end - reader.pos:  # every item takes at least one byte
-            raise FormatError(f"list claims {count} items, more than its bytes", at)
+            raise FormatError(
+                f"list claims {count} items, more than its bytes", at, code=OUT_OF_BOUNDS
+            )
         return [reader.value(self.allowed) for _ in range(count)]
 
     def step(self, compiler: Any) -> None:

@@ -44,7 +44,10 @@ class Layout:
         "check_at",
         "check_bytes",
         "frame",
-        "words",
+        "plan",
+        "alignment",
+        "value_bytes",
+        "crc_tables",
     )
 
     def __init__(
@@ -55,6 +58,7 @@ class Layout:
         slots: list[Slot],
         check_at: list[int],
         frame: np.ndarray,
+        alignment: int,
     ):
         layout = struct.Struct(fmt)
         self.unpack = layout.unpack_from
@@ -66,7 +70,10 @@ class Layout:
         self.check_at = np.array(check_at, np.intp)
         self.check_bytes = frame[self.check_at]
         self.frame = frame
-        self.words = _check_words(self.check_at, frame)
+        self.plan: Any = None  # batch_decode.Plan, made by the first batch of this layout
+        self.alignment = alignment  # of the file: frames and tensor data start at multiples
+        self.value_bytes = self.size - len(self.check_at) - (FRAME_LENGTH_AT - FRAME_CRC_AT)
+        self.crc_tables: Any = None  # crc_batch.Tables, made by the first batch that wants them
 
     def decode(self, buf: Any, frame: int, crc: int) -> list | None:
         """The record's values, or None when this record does not have this layout."""
@@ -148,18 +155,6 @@ class Layout:
         return records
 
 
-def _check_words(check_at: np.ndarray, frame: np.ndarray) -> tuple[np.ndarray, ...]:
-    """The structural bytes as little-endian 8-byte words of the frame (frames start at
-    multiples of 8): (word index, mask of the structural bytes, their expected value),
-    so that a batch checks a few words per record instead of every byte."""
-    padded = np.zeros(-(-len(frame) // 8) * 8, np.uint8)
-    padded[: len(frame)] = frame
-    mask = np.zeros(len(padded), np.uint8)
-    mask[check_at] = 0xFF
-    words = np.flatnonzero(mask.view("<u8"))
-    return words, mask.view("<u8")[words], (padded & mask).view("<u8")[words]
-
-
 def _utf8_or_none(data: bytes) -> str | None:
     try:
         return data.decode("utf-8")
@@ -214,4 +209,6 @@ def compile_layout(buf: Any, frame: int, length: int, alignment: int) -> Layout 
     if c.pos != frame + FRAME_SIZE + length:
         return None
     sample = np.frombuffer(bytes(buf[frame : c.pos]), np.uint8)
-    return Layout("".join(c.fmt), c.structural, tuple(c.expected), slots, c.check_at, sample)
+    return Layout(
+        "".join(c.fmt), c.structural, tuple(c.expected), slots, c.check_at, sample, alignment
+    )

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..container import FRAME, FRAME_MAGIC, FRAME_SIZE, Checksum
-from ..errors import EncodeError, FormatError
+from ..errors import LIMIT, OUT_OF_BOUNDS, TRUNCATED, VALUE, EncodeError, FormatError
 from ..values import classify
 from .grammar import (
     DIM_SIZE,
@@ -103,7 +103,9 @@ class Reader:
     def need(self, n: int, what: str) -> int:
         pos = self.pos
         if n > self.end - pos:
-            raise FormatError(f"truncated {what}: needs {n} bytes, {self.end - pos} left", pos)
+            raise FormatError(
+                f"truncated {what}: needs {n} bytes, {self.end - pos} left", pos, code=TRUNCATED
+            )
         self.pos = pos + n
         return pos
 
@@ -111,10 +113,10 @@ class Reader:
         at = self.need(TAG_SIZE, "value tag")
         tag = self.buf[at]
         if allowed is not None and tag not in allowed:
-            raise FormatError(f"tag {tag} not allowed inside a list of tensors", at)
+            raise FormatError(f"tag {tag} not allowed inside a list of tensors", at, code=VALUE)
         codec = CODECS[tag]
         if codec is None:
-            raise FormatError(f"unknown value tag {tag}", at)
+            raise FormatError(f"unknown value tag {tag}", at, code=VALUE)
         return codec.decode(self, at)
 
     def record(self) -> list:
@@ -122,12 +124,18 @@ class Reader:
         start, length = self.pos, self.end - self.pos
         count = U32.unpack_from(self.buf, self.need(U32.size, "value count"))[0]
         if count > MAX_VALUES:
-            raise FormatError(f"record claims {count} values, over the limit {MAX_VALUES}", start)
+            raise FormatError(
+                f"record claims {count} values, over the limit {MAX_VALUES}", start, code=LIMIT
+            )
         if count > length:
-            raise FormatError(f"record claims {count} values in {length} bytes", start)
+            raise FormatError(
+                f"record claims {count} values in {length} bytes", start, code=OUT_OF_BOUNDS
+            )
         values = [self.value() for _ in range(count)]
         if self.pos != self.end:
-            raise FormatError(f"{self.end - self.pos} bytes left after the last value", self.pos)
+            raise FormatError(
+                f"{self.end - self.pos} bytes left after the last value", self.pos, code=VALUE
+            )
         return values
 
 

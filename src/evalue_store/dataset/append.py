@@ -10,7 +10,6 @@ physical variant's sink), ``_fd``, ``_commit``, ``_pending``, ``_checksum``, ``a
 from __future__ import annotations
 
 import functools
-import json
 import numbers
 import os
 from collections.abc import Iterable, Mapping, Sequence
@@ -24,38 +23,16 @@ from ..container import (
     FRAME,
     FRAME_MAGIC,
     FRAME_SIZE,
-    MAX_METADATA,
-    MAX_METADATA_DEPTH,
     Commit,
     Segment,
-    double_int,
     encode_footer,
-    json_depth,
     valid_alignment,
 )
-from ..errors import ClosedError, EncodeError
+from ..errors import ClosedError
+from ..metadata import encode_metadata
 from .columns import append_columns
 
 MERGE_FANOUT = 4  # merge the newest index segments when this many share a level
-
-
-def encode_metadata(metadata: dict | None) -> bytes:
-    if metadata is None:
-        return b""
-    if not isinstance(metadata, dict):
-        raise EncodeError("metadata must be a dict of JSON values")
-    try:
-        data = json.dumps(metadata, ensure_ascii=False, allow_nan=False).encode("utf-8")
-        parsed = json.loads(data, parse_int=double_int)  # as a reader will: no huge integer
-    except (TypeError, ValueError) as exc:
-        raise EncodeError(f"metadata is not JSON-serializable: {exc}") from None
-    except RecursionError:
-        raise EncodeError(f"metadata nests deeper than {MAX_METADATA_DEPTH}") from None
-    if json_depth(parsed) > MAX_METADATA_DEPTH:
-        raise EncodeError(f"metadata nests deeper than {MAX_METADATA_DEPTH}")
-    if len(data) > MAX_METADATA:
-        raise EncodeError(f"metadata is {len(data)} bytes; the limit is {MAX_METADATA}")
-    return data
 
 
 def serialized(method: Any) -> Any:

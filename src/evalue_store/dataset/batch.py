@@ -24,15 +24,16 @@ from typing import Any
 import numpy as np
 
 from ..codec import compile_layout
-from ..codec.batch import decode_batch
-from ..container import ENTRY_DTYPE, FRAME_SIZE
+from ..codec.batch_decode import decode_batch
+from ..container import ENTRY_DTYPE, ENTRY_SIZE, FRAME_SIZE
 from ..dtypes import BFLOAT16
-from ..errors import FormatError
+from ..errors import FIELDS, FormatError
 from ..values import _is_torch_tensor
 from . import indexing
 
 Batch = Any  # dict[str, Any] | list[Any]
 Out = Mapping[Any, Any] | None
+ENTRY_WORDS = ENTRY_SIZE // 8
 _SCALAR_DTYPES = {int: np.dtype("<i8"), float: np.dtype("<f8"), bool: np.dtype("?")}
 
 
@@ -110,71 +111,122 @@ class Allocator:
 
 def read_columns(ds: Any, positions: np.ndarray, alloc: Allocator) -> list:
     """The batch of records ``positions`` of one Dataset, as columns by field position."""
-    if len(positions) and ds._source.mapped is not None:
-        columns = _mapped_columns(ds, positions, alloc)
+    if len(positions):
+        columns = _by_layout(ds, positions, alloc)
         if columns is not None:
             return columns
     return stack_records(ds._get_positions(positions.tolist()), positions.tolist(), alloc)
 
 
-def _entries_at(ds: Any, positions: np.ndarray) -> np.ndarray:
-    """The index entries of ``positions``, gathered from the mapped index segments."""
-    mapped = ds._source.mapped
+def _entries_at(ds: Any, positions: np.ndarray) -> np.ndarray | None:
+    """The index entries of ``positions``: gathered from the mapped index segments, read in
+    one pass from a plain file, or located record by record in a compressed one (whose
+    index is never decompressed). None if one cannot be read: ``ds[i]`` says why."""
+    source = ds._source
+    if source.compressed:  # in file order: each frame a lookup needs is decompressed once
+        order = np.argsort(positions, kind="stable")
+        entries = np.empty(len(positions), ENTRY_DTYPE)
+        try:
+            entries[order] = [ds._entry_of(i) for i in positions[order].tolist()]
+        except FormatError:
+            return None
+        return entries
     if len(ds._segments) == 1:
-        seg = ds._segments[0]
-        return np.frombuffer(mapped, ENTRY_DTYPE, seg.count, seg.offset)[positions]
+        which = np.zeros(len(positions), np.intp)
+    else:
+        which = np.searchsorted(np.asarray(ds._starts, np.int64), positions, side="right") - 1
+    if source.mapped is not None:
+        if len(ds._segments) == 1:
+            return _segment_rows(source.mapped, ds._segments[0], positions)
+        entries = np.empty(len(positions), ENTRY_DTYPE)
+        for k in np.unique(which).tolist():
+            mine = which == k
+            entries[mine] = _segment_rows(
+                source.mapped, ds._segments[k], positions[mine] - ds._starts[k]
+            )
+        return entries
+    firsts = np.array([seg.offset for seg in ds._segments], np.int64)
     starts = np.asarray(ds._starts, np.int64)
-    which = np.searchsorted(starts, positions, side="right") - 1
-    entries = np.empty(len(positions), ENTRY_DTYPE)
-    for k in np.unique(which).tolist():
-        seg, mine = ds._segments[k], which == k
-        segment = np.frombuffer(mapped, ENTRY_DTYPE, seg.count, seg.offset)
-        entries[mine] = segment[positions[mine] - starts[k]]
-    return entries
+    at = firsts[which] + (positions - starts[which]) * ENTRY_SIZE
+    try:
+        buf, where = source.gather(at, np.full(len(at), ENTRY_SIZE, np.int64), index=True)
+    except FormatError:
+        return None
+    raw = np.frombuffer(buf, np.uint8)[where[:, None] + np.arange(ENTRY_SIZE)]
+    return raw.view(ENTRY_DTYPE).ravel()
+
+
+def _segment_rows(mapped: Any, seg: Any, rows: np.ndarray) -> np.ndarray:
+    """Entries ``rows`` of a mapped index segment, taken as rows of 8-byte words (numpy
+    copies a structured dtype element by element, several times slower)."""
+    words = np.frombuffer(mapped, "<u8", seg.count * ENTRY_WORDS, seg.offset)
+    return np.take(words.reshape(-1, ENTRY_WORDS), rows, axis=0).view(ENTRY_DTYPE).ravel()
 
 
 GROUP_RECORDS = 16  # records per layout, on average, for a batch of several layouts to be
 # decoded column by column (each group costs a few dozen numpy calls); fewer: record by record
+GATHER_BYTES = 64 << 20  # a batch of a source without a mapping is read in one pass up to
+# this many bytes; a bigger one record by record (one copy of each record less at a time)
 
 
-def _mapped_columns(ds: Any, positions: np.ndarray, alloc: Allocator) -> list | None:
+def _by_layout(ds: Any, positions: np.ndarray, alloc: Allocator) -> list | None:
     """The fast path: the batch's records grouped by payload length, each group decoded by
     its layout, the groups' columns merged. None where the batch does not fit it (too many
     layouts, a structure without one, an index entry or record that fails a check): the
     record-by-record path then reads it, and reports what is wrong."""
     entries = _entries_at(ds, positions)
-    header, end, limit = ds.header, ds.commit.end, ds.max_record_bytes
-    if (entries["offset"] > end).any() or (entries["length"] > end).any():
-        return None  # (and after this, both fit in int64)
-    offsets = entries["offset"].astype(np.int64)
-    lengths = entries["length"].astype(np.int64)
-    if (
-        entries["reserved"].any()
-        or (offsets % header.alignment).any()
-        or (offsets < header.data_start).any()
-        or (offsets > end - FRAME_SIZE - lengths).any()
-        or (limit is not None and int(lengths.max()) > limit)
-    ):
+    if entries is None:
         return None
-    if (lengths == lengths[0]).all():
+    header, end, limit = ds.header, ds.commit.end, ds.max_record_bytes
+    offsets, lengths = entries["offset"], entries["length"]
+    length = int(lengths[0])
+    one = bool((lengths == length).all())
+    top = length if one else int(lengths.max())
+    if top > end or (limit is not None and top > limit):
+        return None
+    lo, hi = int(offsets.min()), int(offsets.max())
+    if lo < header.data_start or hi > end - FRAME_SIZE - (length if one else 0):
+        return None  # (and so both fit in int64)
+    offsets = offsets.astype(np.int64)
+    if (offsets & (header.alignment - 1)).any() or entries["reserved"].any():
+        return None
+    lengths = lengths.astype(np.int64)
+    if not one and (offsets > end - FRAME_SIZE - lengths).any():
+        return None
+    if one:
         groups = [np.arange(len(positions))]
     else:
         keys, which = np.unique(lengths, return_inverse=True)
         if len(keys) * GROUP_RECORDS > len(positions):
             return None
         groups = [np.flatnonzero(which == g) for g in range(len(keys))]
+    crcs = entries["crc"]
+    layouts = []
+    for rows in groups:
+        k = int(rows[0])  # the group's layout: read (and so checked) first if not yet known
+        layout = _layout_for(ds, int(positions[k]), int(offsets[k]), int(lengths[k]), int(crcs[k]))
+        if layout is None or any(j >= len(layout.slots) for j in alloc.outs):
+            return None
+        layouts.append(layout)
+    source = ds._source
+    if source.mapped is not None:
+        buf, frames = source.mapped, offsets
+    elif int(lengths.sum()) + FRAME_SIZE * len(lengths) > GATHER_BYTES:
+        return None
+    else:
+        try:
+            buf, frames = source.gather(offsets, lengths + FRAME_SIZE)
+        except FormatError:
+            return None
     checksum = ds._checksum if ds._crc_on_read else None
     parts = []
-    for rows in groups:
-        first = int(rows[0])
-        length, offset, crc = int(lengths[first]), int(offsets[first]), int(entries["crc"][first])
-        layout = _layout_for(ds, int(positions[first]), offset, length, crc)
-        if layout is None or any(k >= len(layout.slots) for k in alloc.outs):
-            return None
-        mine = alloc if len(groups) == 1 else Allocator(len(rows), {}, None)
-        columns = decode_batch(
-            layout, ds._source.mapped, offsets[rows], entries["crc"][rows], checksum, mine
-        )
+    for rows, layout in zip(groups, layouts):
+        mine = alloc if one else Allocator(len(rows), {}, None)
+        if not one:
+            frames_of, crcs_of = frames[rows], crcs[rows]
+        else:
+            frames_of, crcs_of = frames, crcs
+        columns = decode_batch(layout, buf, frames_of, crcs_of, checksum, mine)
         if columns is None:
             return None
         parts.append(columns)
@@ -312,5 +364,7 @@ def name_columns(columns: list, names: tuple[str, ...] | None, alloc: Allocator)
     if not columns:
         return {name: [] for name in names}
     if len(columns) != len(names):
-        raise FormatError(f"records have {len(columns)} values for {len(names)} field names")
+        raise FormatError(
+            f"records have {len(columns)} values for {len(names)} field names", code=FIELDS
+        )
     return dict(zip(names, columns))

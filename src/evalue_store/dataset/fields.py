@@ -21,8 +21,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from ..container import parse_metadata
-from ..errors import EncodeError, FormatError
+from ..errors import CHECKSUM, FIELDS, EncodeError, FormatError
+from ..metadata import parse_metadata
 
 FIELDS_KEY = "evalue_store.fields"
 
@@ -48,7 +48,9 @@ def stored_names(metadata: dict) -> tuple[str, ...] | None:
 def to_dict(values: list, names: tuple[str, ...], where: str = "a record") -> dict:
     """A record's values as a dict by the file's field names."""
     if len(values) != len(names):
-        raise FormatError(f"{where} has {len(values)} values for {len(names)} field names")
+        raise FormatError(
+            f"{where} has {len(values)} values for {len(names)} field names", code=FIELDS
+        )
     return dict(zip(names, values))
 
 
@@ -204,7 +206,7 @@ class WriterFields:
             return None
         offset = self._commit.metadata_offset
         if self._checksum(raw) != self._commit.metadata_crc:
-            raise FormatError("metadata checksum mismatch", offset)
+            raise FormatError("metadata checksum mismatch", offset, code=CHECKSUM)
         return stored_names(parse_metadata(raw, offset))  # strict and bounded, as readers
 
     def _record_values(self, record: Any) -> tuple[Any, tuple[str, ...] | None]:

@@ -88,6 +88,11 @@ def _is_sequence(index: Any) -> bool:
 def many(indices: Any, n: int) -> np.ndarray:
     """Positions in [0, n) (int64, 1-D) of a sequence, array or tensor of integers, or of a
     boolean mask of n values."""
+    if type(indices) is np.ndarray and indices.ndim == 1 and indices.dtype.kind in "iu":
+        if not indices.size:
+            return np.zeros(0, np.int64)
+        if indices.min() >= 0 and indices.max() < n:  # the common case, checked in two passes
+            return indices.astype(np.int64, copy=False)
     if isinstance(indices, (str, bytes, bytearray, Mapping)) or (
         getattr(indices, "ndim", None) is None and not _is_sequence(indices)
     ):

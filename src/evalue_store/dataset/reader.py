@@ -11,16 +11,14 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-from .. import bounded
-from ..container import Commit, Header, parse_metadata
-from ..errors import ClosedError, FormatError
-from ..physical import open_source, remote, remote_cache
+from ..container import Commit, Header
+from ..errors import CHECKSUM, ClosedError, FormatError
+from ..metadata import parse_metadata
+from ..physical import open_file, reopen_name
 from ..physical.zstd import DEFAULT_CACHE_BYTES, MAX_FRAME_SIZE
 from .fields import stored_names, to_dict
 from .records import Records
 from .verify import VerifyReport, verify_dataset
-
-OPEN_ATTEMPTS = 5  # opens retried while a writer changes the file's tail underneath
 
 
 class Dataset(Records):
@@ -54,9 +52,7 @@ class Dataset(Records):
         self.max_record_bytes = max_record_bytes
         self.as_dict = as_dict
         self.filesystem = filesystem
-        self._file = self.path  # a local path resolved now: refresh() ignores a chdir
-        if filesystem is None and not remote.is_url(self.path):
-            self._file = os.path.abspath(self.path)
+        self._file = reopen_name(self.path, filesystem)  # refresh() ignores a chdir
         self.storage_options = storage_options
         self.cache_dir = None if cache_dir is None else os.fspath(cache_dir)
         self._source: Any = None
@@ -71,54 +67,18 @@ class Dataset(Records):
     # ------------------------------------------------------------------ opening
 
     def _load(self) -> None:
-        """Open the file at its last commit. A writer may be cutting off an uncommitted tail
-        (abort, recovery) while the tail is searched: a FormatError from a file whose size
-        changed meanwhile is that race, and the open is tried again."""
-        path = self._file
-        if self.filesystem is not None or remote.is_url(path):
-            fs, inner, url = remote.resolve(path, self.filesystem, self.storage_options)
-            if self.cache_dir is None:
-                source, header, commit, self._identity = remote.open_remote(
-                    fs,
-                    inner,
-                    url,
-                    cache_bytes=self.cache_bytes,
-                    max_frame_size=self.max_frame_size,
-                )
-                self._install(source, header, commit, self._identity[0] - source.physical_end)
-                return
-            path = remote_cache.local_copy(fs, inner, url, self.cache_dir)
-        for attempt in range(OPEN_ATTEMPTS):
-            fd = bounded.open_regular(path)
-            try:
-                st = os.fstat(fd)
-            except BaseException:
-                os.close(fd)
-                raise
-            try:
-                self._load_from(fd, st.st_size)  # closes fd
-            except FormatError:
-                now = os.stat(path)
-                same = (now.st_size, now.st_mtime_ns, now.st_ino) == (
-                    st.st_size,
-                    st.st_mtime_ns,
-                    st.st_ino,
-                )
-                if same or attempt + 1 == OPEN_ATTEMPTS:
-                    raise
-            else:
-                self._identity = (st.st_dev, st.st_ino)
-                return
-
-    def _load_from(self, fd: int, size: int) -> None:
-        source, header, commit = open_source(
-            fd,
-            size,
+        """Open the file at its last commit (again, for ``refresh``)."""
+        opened = open_file(
+            self._file,
             backend=self.backend,
             cache_bytes=self.cache_bytes,
             max_frame_size=self.max_frame_size,
+            filesystem=self.filesystem,
+            storage_options=self.storage_options,
+            cache_dir=self.cache_dir,
         )
-        self._install(source, header, commit, size - source.physical_end)
+        self._identity = opened.identity
+        self._install(opened.source, opened.header, opened.commit, opened.tail)
 
     @property
     def compressed(self) -> bool:
@@ -224,11 +184,13 @@ class Dataset(Records):
             else:
                 raw = bytes(self._source.read(c.metadata_offset, c.metadata_length))
                 if self._checksum(raw) != c.metadata_crc:
-                    raise FormatError("metadata checksum mismatch", c.metadata_offset, self.path)
+                    raise FormatError(
+                        "metadata checksum mismatch", c.metadata_offset, self.path, code=CHECKSUM
+                    )
                 try:
                     self._metadata = parse_metadata(raw, c.metadata_offset)
                 except FormatError as exc:
-                    raise FormatError(exc.reason, exc.offset, self.path) from None
+                    raise exc.at(path=self.path) from None
         return self._metadata
 
     @property

@@ -19,7 +19,7 @@ from .. import bounded
 from ..bounded import SHADOWED
 from ..codec import compile_layout, decode_payload
 from ..container import ENTRY, ENTRY_DTYPE, ENTRY_SIZE, FRAME_SIZE, check_frame
-from ..errors import CHECKSUM, LIMIT, OUT_OF_BOUNDS, ClosedError, FormatError
+from ..errors import CHECKSUM, INDEX, LIMIT, OUT_OF_BOUNDS, ClosedError, FormatError
 from . import batch, indexing
 from .batch import Batch, Out
 from .fields import to_dict
@@ -47,7 +47,8 @@ class Records:
         offset, length, crc, reserved = self._entry_of(i)
         if reserved:
             at = self._entry_at(i)
-            raise FormatError(f"index entry of record {i} has reserved bits set", at, self.path)
+            reason = "index entry has reserved bits set"
+            raise FormatError(reason, at, self.path, record=i, code=INDEX)
         return offset, length, crc
 
     def entries(self) -> np.ndarray:
@@ -260,7 +261,7 @@ class Records:
                 if good < len(chunk):
                     yield from (self._record(i) for i in range(first + lo, first + lo + good))
                     at = int(chunk[good]["offset"])
-                    raise FormatError(SHADOWED, at, self.path, record=first + lo + good)
+                    raise FormatError(SHADOWED, at, self.path, record=first + lo + good, code=INDEX)
                 # Runs: records of one payload length, each frame right after the one before
                 # (as a writer appends them), so their frames are ``step`` bytes apart.
                 lengths, offsets = chunk["length"], chunk["offset"]
@@ -292,7 +293,7 @@ class Records:
                     ENTRY.iter_unpack(raw), first + lo
                 ):
                     if i - first - lo == good:
-                        raise FormatError(SHADOWED, offset, self.path, record=i)
+                        raise FormatError(SHADOWED, offset, self.path, record=i, code=INDEX)
                     yield self._record(i) if reserved else self._read(i, offset, length, crc)
             first += seg.count
 

@@ -11,7 +11,7 @@ import numpy as np
 from .. import bounded
 from ..bounded import SHADOWED
 from ..container import ENTRY_SIZE, FRAME_SIZE, Commit, parse_footer_from
-from ..errors import FormatError
+from ..errors import INDEX, FormatError
 
 MAX_LISTED = 1000  # bad records verify lists one by one (it counts the others)
 
@@ -82,9 +82,10 @@ def _piece(
     for i, (offset, length, crc, reserved) in enumerate(entries.tolist(), first):
         try:
             if reserved:
-                raise FormatError(f"index entry of record {i} has reserved bits set", offset)
+                reason = "index entry has reserved bits set"
+                raise FormatError(reason, offset, record=i, code=INDEX)
             if offset < reach:
-                raise FormatError(SHADOWED, offset, record=i)
+                raise FormatError(SHADOWED, offset, record=i, code=INDEX)
             ds._read(i, offset, length, crc)
             report.bytes_checked += FRAME_SIZE + length
             reach = offset + FRAME_SIZE + length

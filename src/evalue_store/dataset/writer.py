@@ -26,7 +26,7 @@ from ..container import (
     new_file_id,
     version_flags,
 )
-from ..errors import ClosedError, FormatError
+from ..errors import LIMIT, NOT_A_CONTAINER, ClosedError, FormatError
 from ..files import (
     create_temp,
     fsync_dir,
@@ -36,10 +36,11 @@ from ..files import (
     replace_locked,
     unlock,
 )
+from ..metadata import encode_metadata
 from ..physical import Restart, new_sink, open_for_append, remote
 from ..physical.salvage import Salvage, side_file
 from ..physical.zstd import DEFAULT_FRAME_SIZE, MAX_FRAME_SIZE, check_dictionary
-from .append import Appending, check_alignment, encode_metadata, serialized
+from .append import Appending, check_alignment, serialized
 from .fields import WriterFields
 
 MIN_FRAME_SIZE = 256  # below this, per-frame overhead outweighs the record; 1 record per frame
@@ -88,7 +89,7 @@ class Writer(WriterFields, Appending):
     def __new__(cls, path: str | os.PathLike = "", *args: Any, **kwargs: Any) -> Writer:
         # A URL or a filesystem: the remote writer (stages locally, uploads on close).
         if cls is Writer and (remote.is_url(path) or kwargs.get("filesystem") is not None):
-            from ..shards.remote import RemoteWriter
+            from ..shards.object_store import RemoteWriter
 
             return super().__new__(RemoteWriter)
         return super().__new__(cls)
@@ -155,7 +156,12 @@ class Writer(WriterFields, Appending):
         try:
             st = os.fstat(self._fd)
             if not stat.S_ISREG(st.st_mode):
-                raise FormatError("not a regular file: cannot hold a container", None, self.path)
+                raise FormatError(
+                    "not a regular file: cannot hold a container",
+                    None,
+                    self.path,
+                    code=NOT_A_CONTAINER,
+                )
             size = st.st_size
             if size:
                 self._open_existing(size, metadata is not None, alignment)
@@ -236,7 +242,7 @@ class Writer(WriterFields, Appending):
             return
         if state.commit.number >= (1 << 64) - 1:  # a footer's u64 counter cannot go on
             reason = "commit number is at its 64-bit maximum: cannot commit again"
-            raise FormatError(reason, state.commit.footer_offset)
+            raise FormatError(reason, state.commit.footer_offset, code=LIMIT)
         self.alignment = state.header.alignment
         self.file_id = state.header.file_id
         self._use_flags(state.header.flags)  # an append keeps the file's version

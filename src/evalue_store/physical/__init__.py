@@ -15,9 +15,89 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from ..bounded import open_regular
 from ..container import Commit, Header
+from ..errors import FormatError
+from . import remote, remote_cache
 from .plain import PlainFile, PlainSink, open_plain
 from .zstd import append_state, died_before_first_commit, is_compressed, new_zstd_sink, open_zstd
+
+OPEN_ATTEMPTS = 5  # opens retried while a writer changes the file's tail underneath
+
+
+@dataclass(frozen=True)
+class Opened:
+    """A container opened for reading at its last commit."""
+
+    source: Any  # the committed bytes (see ``plain`` for the protocol); the caller closes it
+    header: Header
+    commit: Commit
+    identity: tuple  # tells the file or object opened from one that later took its name
+    tail: int  # bytes after the last commit (a crashed or running writer's)
+
+
+def reopen_name(path: str, filesystem: Any = None) -> str:
+    """The name to open ``path`` by now and on every later reopen: a local path is made
+    absolute (a later chdir changes nothing); a URL, or a path in ``filesystem``, is kept."""
+    if filesystem is None and not remote.is_url(path):
+        return os.path.abspath(path)
+    return path
+
+
+def open_file(
+    path: str,
+    *,
+    backend: str,
+    cache_bytes: int,
+    max_frame_size: int,
+    filesystem: Any = None,
+    storage_options: dict | None = None,
+    cache_dir: str | None = None,
+) -> Opened:
+    """Open the container at ``path`` (a local file, an fsspec URL, or a path within
+    ``filesystem``; with ``cache_dir``, a checked local copy of a remote object) at its
+    last commit, whatever variant stores it.
+
+    A writer may be cutting off an uncommitted tail (abort, recovery) while the tail is
+    searched: a FormatError from a file whose size changed meanwhile is that race, and the
+    open is tried again."""
+    if filesystem is not None or remote.is_url(path):
+        fs, inner, url = remote.resolve(path, filesystem, storage_options)
+        if cache_dir is None:
+            source, header, commit, identity = remote.open_remote(
+                fs, inner, url, cache_bytes=cache_bytes, max_frame_size=max_frame_size
+            )
+            return Opened(source, header, commit, identity, identity[0] - source.physical_end)
+        path = remote_cache.local_copy(fs, inner, url, cache_dir)
+    attempts = 0
+    while True:
+        attempts += 1
+        fd = open_regular(path)
+        try:
+            st = os.fstat(fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        try:
+            source, header, commit = open_source(
+                fd,
+                st.st_size,
+                backend=backend,
+                cache_bytes=cache_bytes,
+                max_frame_size=max_frame_size,
+            )  # closes fd
+        except FormatError:
+            now = os.stat(path)
+            same = (now.st_size, now.st_mtime_ns, now.st_ino) == (
+                st.st_size,
+                st.st_mtime_ns,
+                st.st_ino,
+            )
+            if same or attempts == OPEN_ATTEMPTS:
+                raise
+        else:
+            tail = st.st_size - source.physical_end
+            return Opened(source, header, commit, (st.st_dev, st.st_ino), tail)
 
 
 def open_source(

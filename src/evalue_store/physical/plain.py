@@ -8,7 +8,9 @@ The source protocol, which the compressed variant (``zstd``) implements too:
 ``size`` (logical bytes readable), ``read(offset, n)``, ``frame(offset, n)`` (a buffer and
 the position of ``offset`` in it), ``entry(at, i)`` (record ``i``'s index entry, stored at
 logical offset ``at``), ``mapped`` (a view of all ``size`` bytes, or None),
-``chunks()`` (the bytes in order), ``last_commit(header)``, ``set_alignment(a)``,
+``gather(offsets, sizes, index=False)`` (the bytes of a batch of ranges, read in one pass
+into one buffer: that buffer and each range's position in it; ``index``: the ranges are
+index entries), ``chunks()`` (the bytes in order), ``last_commit(header)``, ``set_alignment(a)``,
 ``verify_frames()`` (problems of the physical layer), ``physical_end`` (file bytes up to the
 last commit), ``compressed``, ``checks_content`` (reads are already checked by the physical
 layer) and ``close()``.
@@ -24,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from ..buffers import close_map, map_file
+from ..byteio import GATHER_GAP, Gather
 from ..container import (
     ENTRY,
     ENTRY_SIZE,
@@ -33,7 +36,7 @@ from ..container import (
     find_last_commit,
     open_container,
 )
-from ..errors import FormatError
+from ..errors import TRUNCATED, FormatError
 from .salvage import Salvage, scan_tail, side_file
 
 CHUNK = 1 << 20  # bytes per piece of a sequential pass
@@ -74,6 +77,22 @@ class _PlainSource:
     def entry(self, at: int, i: int) -> tuple[int, int, int, int]:
         return ENTRY.unpack_from(*self.frame(at, ENTRY_SIZE))
 
+    gap = GATHER_GAP  # ranges closer than this are read as one span
+    alignment: int
+
+    def gather(
+        self, offsets: np.ndarray, sizes: np.ndarray, *, index: bool = False
+    ) -> tuple[memoryview, np.ndarray]:
+        plan = Gather(offsets, sizes, self.alignment, self.gap)
+        buf = memoryview(aligned_buffer(plan.size, self.alignment))
+        self._fill(plan, buf, index)
+        return buf.toreadonly(), plan.positions
+
+    def _fill(self, plan: Gather, buf: memoryview, index: bool) -> None:
+        """Read each span of ``plan`` into ``buf`` at its place."""
+        for (start, n), place in zip(plan.spans, plan.places):
+            buf[place : place + n] = self.read(start, n)
+
 
 class MmapSource(_PlainSource):
     """The file through a private copy-on-write mapping, read through a read-only view.
@@ -98,6 +117,11 @@ class MmapSource(_PlainSource):
     def frame(self, offset: int, n: int) -> tuple[Any, int]:
         """(buffer, position) such that buffer[position:position + n] is file[offset:...]."""
         return self.view, offset
+
+    def gather(
+        self, offsets: np.ndarray, sizes: np.ndarray, *, index: bool = False
+    ) -> tuple[memoryview, np.ndarray]:
+        return self.view, offsets  # every range is in the mapping already
 
     def close(self) -> None:
         self.mapped = None
@@ -127,13 +151,22 @@ class PreadSource(_PlainSource):
 
     def read(self, offset: int, n: int) -> memoryview:
         view = memoryview(aligned_buffer(n, self.alignment))
-        done = 0
+        self._read_into(view, offset)
+        return view.toreadonly()  # arrays of it are read-only like a mapping's
+
+    def _read_into(self, view: memoryview, offset: int) -> None:
+        done, n = 0, len(view)
         while done < n:
             got = os.preadv(self.fd, [view[done:]], offset + done)
             if got <= 0:
-                raise FormatError(f"file ends early: wanted {n} bytes", offset + done)
+                raise FormatError(
+                    f"file ends early: wanted {n} bytes", offset + done, code=TRUNCATED
+                )
             done += got
-        return view.toreadonly()  # arrays of it are read-only like a mapping's
+
+    def _fill(self, plan: Gather, buf: memoryview, index: bool) -> None:
+        for (start, n), place in zip(plan.spans, plan.places):
+            self._read_into(buf[place : place + n], start)  # one preadv per span, no copy
 
     def frame(self, offset: int, n: int) -> tuple[Any, int]:
         return self.read(offset, n), 0

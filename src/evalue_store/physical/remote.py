@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..container import Commit, Header, open_container
-from ..errors import TRUNCATED, Error, FormatError, RemoteError
+from ..errors import CHANGED, TRUNCATED, Error, FormatError, RemoteError
 from . import remote_ranges
 from .plain import CHUNK, _PlainSource, aligned_buffer
 from .zstd import is_compressed, open_reader
@@ -172,7 +172,7 @@ class RemoteReader:
             f"object changed since it was opened: {got} bytes where {end - start} were asked",
             start + got,
             self.name,
-            code=TRUNCATED,
+            code=CHANGED,
         )
 
     def _fail(
@@ -204,7 +204,7 @@ class RemoteReader:
                 f"object changed since it was opened ({self.size} bytes, {size})",
                 rng[0],
                 self.name,
-                code=TRUNCATED,
+                code=CHANGED,
             ) from exc
         if isinstance(exc, PERMANENT):
             raise type(exc)(f"{self.name}: {exc}") from exc
@@ -370,13 +370,17 @@ class RemoteSource(_PlainSource):
         data = self._pinned.get((offset, n))
         if data is None:
             if offset < 0 or n < 0 or offset + n > self.size:
-                raise FormatError(f"file ends early: wanted {n} bytes", offset, self.name)
+                raise FormatError(
+                    f"file ends early: wanted {n} bytes", offset, self.name, code=TRUNCATED
+                )
             data = self.reader.pread(offset, n)
         return self._aligned(data, offset, n)
 
     def _aligned(self, data: bytes, offset: int, n: int) -> memoryview:
         if len(data) != n:
-            raise FormatError(f"file ends early: wanted {n} bytes", offset + len(data), self.name)
+            raise FormatError(
+                f"file ends early: wanted {n} bytes", offset + len(data), self.name, code=TRUNCATED
+            )
         view = memoryview(aligned_buffer(n, self.alignment))
         view[:] = data
         return view.toreadonly()  # arrays of it are read-only like a mapping's
@@ -393,6 +397,17 @@ class RemoteSource(_PlainSource):
 
     def unpin(self) -> None:
         self._pinned = {}
+
+    gap = 0  # the reader coalesces a round's requests itself (MERGE_GAP)
+
+    def _fill(self, plan: Any, buf: memoryview, index: bool) -> None:
+        """All spans in one round of ``pread_many`` (``index``: fetched by block)."""
+        got = self.reader.pread_many(plan.spans, whole_blocks=index)
+        for data, (start, n), place in zip(got, plan.spans, plan.places):
+            if len(data) != n:
+                reason = f"file ends early: wanted {n} bytes"
+                raise FormatError(reason, start + len(data), self.name)
+            buf[place : place + n] = data
 
     def chunks(self) -> Any:
         for start in range(0, self.size, CHUNK):

@@ -12,11 +12,10 @@ from __future__ import annotations
 import hashlib
 import os
 import posixpath
-import tempfile
 from typing import Any
 
-from ..errors import FormatError
-from ..files import fsync_dir
+from ..errors import CHANGED, FormatError
+from ..files import atomic_file
 from .remote import RemoteReader, identity, stat
 
 PIECE = 8 << 20  # bytes per ranged GET of a download
@@ -43,7 +42,7 @@ def local_copy(fs: Any, path: str, url: str, cache_dir: str) -> str:
     _download(reader, dest)
     if not _matches(dest, size, tail, reader):
         os.unlink(dest)
-        raise FormatError("object changed while it was being copied", None, url)
+        raise FormatError("object changed while it was being copied", None, url, code=CHANGED)
     return dest
 
 
@@ -57,22 +56,9 @@ def _matches(local: str, size: int, tail: tuple[int, int], reader: RemoteReader)
 
 
 def _download(reader: RemoteReader, dest: str) -> None:
-    directory = os.path.dirname(dest)
-    fd, tmp = tempfile.mkstemp(prefix=".download.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            starts = list(range(0, reader.size, PIECE))
-            for k in range(0, len(starts), PIECES_AT_ONCE):
-                group = [(s, min(reader.size, s + PIECE)) for s in starts[k : k + PIECES_AT_ONCE]]
-                for data in reader.fetch(group):
-                    f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, dest)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    fsync_dir(dest)
+    with atomic_file(dest, mode=0o600) as f:  # private, as the copies have always been
+        starts = list(range(0, reader.size, PIECE))
+        for k in range(0, len(starts), PIECES_AT_ONCE):
+            group = [(s, min(reader.size, s + PIECE)) for s in starts[k : k + PIECES_AT_ONCE]]
+            for data in reader.fetch(group):
+                f.write(data)

@@ -29,7 +29,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import zstandard
 
-from ..errors import FormatError
+from ..errors import LIMIT, OUT_OF_BOUNDS, SEEK_TABLE, TRUNCATED, ZSTD_FRAME, FormatError
 from .zframe import (
     DEFAULT_LEVEL,
     MAGIC_NUMBER,
@@ -257,7 +257,9 @@ def read_at(src: Any, offset: int, size: int) -> memoryview | bytes:
     else:
         chunk = memoryview(src).cast("B")[offset : offset + size]
     if len(chunk) != size:
-        raise FormatError(f"file ends before byte {offset + size} (truncated?)", offset)
+        raise FormatError(
+            f"file ends before byte {offset + size} (truncated?)", offset, code=TRUNCATED
+        )
     return chunk
 
 
@@ -265,24 +267,31 @@ def _parse_header_footer(src: Any, end: int) -> tuple[int, int, int]:
     """O(1) checks of a seek table ending at ``end``: footer magic, descriptor, frame
     count vs. bytes available, skippable header. Returns (n, entry_size, table_offset)."""
     if end < SKIPPABLE_HEADER_SIZE + SEEK_TABLE_FOOTER_SIZE:
-        raise FormatError(f"{end} bytes cannot hold a seek table (needs 17)", 0)
+        raise FormatError(f"{end} bytes cannot hold a seek table (needs 17)", 0, code=TRUNCATED)
     footer_at = end - SEEK_TABLE_FOOTER_SIZE
     n, descriptor, magic = SEEK_TABLE_FOOTER.unpack(read_at(src, footer_at, SEEK_TABLE_FOOTER_SIZE))
     if magic != SEEKABLE_MAGIC:
-        raise FormatError(f"no seekable magic at end (found {magic:#010x})", end - 4)
+        raise FormatError(
+            f"no seekable magic at end (found {magic:#010x})", end - 4, code=SEEK_TABLE
+        )
     if descriptor & RESERVED_BITS:
         raise FormatError(
-            f"seek table descriptor {descriptor:#04x} sets reserved bits", footer_at + 4
+            f"seek table descriptor {descriptor:#04x} sets reserved bits",
+            footer_at + 4,
+            code=SEEK_TABLE,
         )
     entry_size = 12 if descriptor & CHECKSUM_FLAG else 8
     if n > MAX_FRAMES:
-        raise FormatError(f"seek table claims {n} frames, over the limit {MAX_FRAMES}", footer_at)
+        raise FormatError(
+            f"seek table claims {n} frames, over the limit {MAX_FRAMES}", footer_at, code=LIMIT
+        )
     table_size = SKIPPABLE_HEADER_SIZE + n * entry_size + SEEK_TABLE_FOOTER_SIZE  # Python int
     if table_size > end:
         raise FormatError(
             f"seek table claims {n} frames ({table_size} bytes) but only {end} bytes precede "
             "its end",
             footer_at,
+            code=OUT_OF_BOUNDS,
         )
     table_offset = end - table_size
     skip_magic, frame_size = SKIPPABLE_HEADER.unpack(
@@ -292,12 +301,14 @@ def _parse_header_footer(src: Any, end: int) -> tuple[int, int, int]:
         raise FormatError(
             f"seek table does not start with skippable magic 0x184D2A5E (found {skip_magic:#010x})",
             table_offset,
+            code=SEEK_TABLE,
         )
     if frame_size + SKIPPABLE_HEADER_SIZE != table_size:
         raise FormatError(
             f"seek table Frame_Size {frame_size} disagrees with its footer "
             f"({table_size - SKIPPABLE_HEADER_SIZE})",
             table_offset + 4,
+            code=SEEK_TABLE,
         )
     return n, entry_size, table_offset
 
@@ -313,9 +324,10 @@ def _parse_entries(
     dsize = words[:, 1].astype(np.int64)
     checksums = words[:, 2].astype(np.uint32) if entry_size == 12 else None
 
-    def fail(mask: np.ndarray, what: str) -> None:
+    def fail(mask: np.ndarray, what: str, code: str = SEEK_TABLE) -> None:
         bad = int(np.flatnonzero(mask)[0])
-        raise FormatError(f"seek table entry {bad}: {what}", entries_at + bad * entry_size)
+        at = entries_at + bad * entry_size
+        raise FormatError(f"seek table entry {bad}: {what}", at, code=code)
 
     small = csize < MIN_FRAME_SIZE
     if small.any():
@@ -327,13 +339,14 @@ def _parse_entries(
             f"frames' compressed sizes sum to {int(coff[-1])} but the seek table starts at "
             f"{table_offset}: frames must tile the file from offset 0",
             table_offset,
+            code=SEEK_TABLE,
         )
     too_big = dsize > max_frame_size
     if too_big.any():
-        fail(too_big, f"decompressed size over the reader cap {max_frame_size}")
+        fail(too_big, f"decompressed size over the reader cap {max_frame_size}", LIMIT)
     bomb = dsize > csize * MAX_EXPANSION_RATIO
     if bomb.any():
-        fail(bomb, f"decompressed size over {MAX_EXPANSION_RATIO}x its compressed size")
+        fail(bomb, f"decompressed size over {MAX_EXPANSION_RATIO}x its compressed size", LIMIT)
     doff = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(dsize, out=doff[1:])
     for arr in (csize, dsize, coff, doff, checksums):
@@ -405,7 +418,7 @@ def find_last_seek_table(
             continue
         budget -= n * entry_size
         if budget < 0:
-            raise FormatError("too many candidate seek tables; giving up the search", p)
+            raise FormatError("too many candidate seek tables; giving up the search", p, code=LIMIT)
         try:
             table = _parse_entries(src, n, entry_size, table_offset, cand_end, max_frame_size)
         except FormatError:
@@ -443,8 +456,8 @@ def decompress_frame(
     dsize = int(table.decompressed_sizes[k])
     expected = None if table.checksums is None else int(table.checksums[k])
 
-    def fail(reason: str) -> FormatError:
-        return FormatError(f"frame {k}: {reason}", c0)
+    def fail(reason: str, code: str = SEEK_TABLE) -> FormatError:
+        return FormatError(f"frame {k}: {reason}", c0, code=code)
 
     if out is not None:
         target = memoryview(out).cast("B")
@@ -480,5 +493,5 @@ def decompress_frame(
             result = np.frombuffer(target, dtype=np.uint8)
         decompress_into(frame, target, dctx or zstandard.ZstdDecompressor())
     except FrameError as exc:
-        raise fail(str(exc)) from None
+        raise fail(str(exc), ZSTD_FRAME) from None
     return result

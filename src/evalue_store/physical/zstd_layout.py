@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .. import container
-from ..errors import FormatError
+from ..errors import CHECKSUM, LAYOUT, LIMIT, TRUNCATED, UNSUPPORTED, FormatError
 from .zframe import SKIPPABLE_HEADER, SKIPPABLE_HEADER_SIZE
 
 checksum = container.crc32c  # CRC-32C, whatever the container's (FRAMES.md section 6)
@@ -98,7 +98,7 @@ def pread_exact(reader: Any, offset: int, n: int) -> Any:
     while it was being read) is the caller's to judge, never a short buffer to unpack."""
     data = reader.pread(offset, n)
     if len(data) != n:
-        raise FormatError(f"file ends before byte {offset + n}", offset)
+        raise FormatError(f"file ends before byte {offset + n}", offset, code=TRUNCATED)
     return data
 
 
@@ -115,14 +115,16 @@ def read_layout(reader: Any) -> tuple[int, bytes | None]:
     magic, size = SKIPPABLE_HEADER.unpack_from(head)
     tag, version, flags, dict_size = LAYOUT_HEAD.unpack_from(head, SKIPPABLE_HEADER_SIZE)
     if magic != LAYOUT_MAGIC or tag != LAYOUT_TAG:
-        raise FormatError("not a layout frame", 0)
+        raise FormatError("not a layout frame", 0, code=LAYOUT)
     if version != LAYOUT_VERSION or flags:
-        raise FormatError(f"layout version {version} flags {flags:#x} not supported", 12)
+        raise FormatError(
+            f"layout version {version} flags {flags:#x} not supported", 12, code=UNSUPPORTED
+        )
     if dict_size > MAX_DICT_SIZE or size != LAYOUT_HEAD.size + dict_size:
-        raise FormatError(f"layout frame claims a {dict_size}-byte dictionary", 16)
+        raise FormatError(f"layout frame claims a {dict_size}-byte dictionary", 16, code=LAYOUT)
     end = SKIPPABLE_HEADER_SIZE + size
     if end > reader.size:
-        raise FormatError("file ends inside its layout frame", 0)
+        raise FormatError("file ends inside its layout frame", 0, code=TRUNCATED)
     if not dict_size:
         return end, None
     return end, bytes(pread_exact(reader, end - dict_size, dict_size))
@@ -154,8 +156,8 @@ def parse_block(data: Any, offset: int, layout_end: int) -> Block:
     """The index block ``data`` (its bytes, from file offset ``offset``), checked: tags,
     sizes, checksum, and that everything it points at lies in the file before it."""
 
-    def fail(reason: str, at: int = 0) -> FormatError:
-        return FormatError(f"index block at {offset}: {reason}", offset + at)
+    def fail(reason: str, at: int = 0, code: str = LAYOUT) -> FormatError:
+        return FormatError(f"index block at {offset}: {reason}", offset + at, code=code)
 
     size = len(data)
     if size < FIXED_BLOCK:
@@ -166,7 +168,7 @@ def parse_block(data: Any, offset: int, layout_end: int) -> Block:
         raise fail("tag, magic or size disagree")
     body = memoryview(data)[SKIPPABLE_HEADER_SIZE : size - BLOCK_TRAILER.size]
     if checksum(body) != crc:
-        raise fail("checksum mismatch", size - BLOCK_TRAILER.size)
+        raise fail("checksum mismatch", size - BLOCK_TRAILER.size, CHECKSUM)
     v = BLOCK.unpack_from(body)
     (gstart, lstart, lend, prev, records, map_off, frames, nruns, first_lsize, largest) = v[:10]
     footer, metadata, first = Extent(*v[10:13]), Extent(*v[13:16]), Extent(*v[16:19])
@@ -215,13 +217,13 @@ def block_size_at(reader: Any, end: int, layout_end: int) -> int:
     """The size of the index block the trailer ending at ``end`` claims, if the trailer's
     own fields allow one there (cheap checks, no hashing), else FormatError."""
     if end - layout_end < FIXED_BLOCK:
-        raise FormatError(f"no index block ends at {end}", end)
+        raise FormatError(f"no index block ends at {end}", end, code=LAYOUT)
     tail = bytes(pread_exact(reader, end - BLOCK_TRAILER.size, BLOCK_TRAILER.size))
     _, size, tag = BLOCK_TRAILER.unpack(tail)
     if tag != INDEX_TAG or not FIXED_BLOCK <= size <= end - layout_end:
-        raise FormatError(f"no index block ends at {end}", end - 4)
+        raise FormatError(f"no index block ends at {end}", end - 4, code=LAYOUT)
     if size > FIXED_BLOCK + MAX_RUNS * RUN.size:
-        raise FormatError(f"index block claims {size} bytes", end - 8)
+        raise FormatError(f"index block claims {size} bytes", end - 8, code=LAYOUT)
     return size
 
 
@@ -255,7 +257,9 @@ def find_last_block(reader: Any, size: int, layout_end: int) -> Block | None:
                 continue
             budget -= claimed
             if budget < 0:
-                raise FormatError("too many candidate index blocks; giving up the search", lo + p)
+                raise FormatError(
+                    "too many candidate index blocks; giving up the search", lo + p, code=LIMIT
+                )
             try:
                 return read_block(reader, end, layout_end, claimed)
             except FormatError:
@@ -275,17 +279,19 @@ def read_map(reader: Any, block: Block) -> tuple[np.ndarray, np.ndarray]:
     magic, frame_size = SKIPPABLE_HEADER.unpack_from(data)
     body = memoryview(data)[SKIPPABLE_HEADER_SIZE:]
     if magic != MAP_MAGIC or frame_size != len(body):
-        raise FormatError("map frame: magic or size disagree", at)
+        raise FormatError("map frame: magic or size disagree", at, code=LAYOUT)
     if checksum(body[:-4]) != MAP_CHECKSUM.unpack_from(body, len(body) - 4)[0]:
-        raise FormatError("map frame: checksum mismatch", at)
+        raise FormatError("map frame: checksum mismatch", at, code=CHECKSUM)
     sizes = np.frombuffer(body[:-4], "<u4").reshape(n, 2).astype(np.int64)
     csizes, lsizes = sizes[:, 0], sizes[:, 1]
     runs_here = [r.offset for r in block.runs if r.offset >= block.group_start]
     data_end = runs_here[-1] if runs_here else at
     if int(csizes.sum()) != data_end - block.group_start or (n and int(csizes.min()) < 9):
-        raise FormatError("map frame: its frames do not fill the group", at)
+        raise FormatError("map frame: its frames do not fill the group", at, code=LAYOUT)
     if int(lsizes.sum()) != block.logical_end - block.logical_start:
-        raise FormatError("map frame: its frames do not hold the group's logical bytes", at)
+        raise FormatError(
+            "map frame: its frames do not hold the group's logical bytes", at, code=LAYOUT
+        )
     return csizes, lsizes
 
 
@@ -322,7 +328,9 @@ def read_group(reader: Any, run: Run, j: int) -> tuple[memoryview, int]:
     data = pread_exact(reader, at, n * LOCATOR.size + 4)
     body = memoryview(data)[: n * LOCATOR.size]
     if checksum(body) != MAP_CHECKSUM.unpack_from(data, n * LOCATOR.size)[0]:
-        raise FormatError(f"locator group {g} of the run at {run.offset}: checksum mismatch", at)
+        raise FormatError(
+            f"locator group {g} of the run at {run.offset}: checksum mismatch", at, code=CHECKSUM
+        )
     return body, (j - g * GROUP) * LOCATOR.size
 
 
@@ -332,7 +340,7 @@ def read_run(reader: Any, run: Run) -> np.ndarray:
     data = pread_exact(reader, run.offset, size)
     magic, frame_size = SKIPPABLE_HEADER.unpack_from(data)
     if magic != RUN_MAGIC or frame_size + SKIPPABLE_HEADER_SIZE != size:
-        raise FormatError("run frame: magic or size disagree", run.offset)
+        raise FormatError("run frame: magic or size disagree", run.offset, code=LAYOUT)
     out = np.empty(run.count, LOCATOR_DTYPE)
     view = memoryview(data)
     for g in range(-(-run.count // GROUP)):
@@ -340,7 +348,9 @@ def read_run(reader: Any, run: Run) -> np.ndarray:
         at = SKIPPABLE_HEADER_SIZE + g * GROUP_BYTES
         body = view[at : at + n * LOCATOR.size]
         if checksum(body) != MAP_CHECKSUM.unpack_from(view, at + n * LOCATOR.size)[0]:
-            raise FormatError(f"locator group {g}: checksum mismatch", run.offset + at)
+            raise FormatError(
+                f"locator group {g}: checksum mismatch", run.offset + at, code=CHECKSUM
+            )
         out[g * GROUP : g * GROUP + n] = np.frombuffer(body, LOCATOR_DTYPE)
     return out
 
@@ -358,7 +368,7 @@ def frame_map(reader: Any, last: Block, layout_end: int) -> tuple[np.ndarray, ..
             break
         prev = read_block(reader, block.group_start, layout_end)
         if prev.offset != block.previous or prev.logical_end != block.logical_start:
-            raise FormatError("index blocks do not chain", block.offset)
+            raise FormatError("index blocks do not chain", block.offset, code=LAYOUT)
         block = prev
     parts.reverse()
     phys, logi = [], []

@@ -17,7 +17,16 @@ import zstandard
 
 from ..byteio import FdReader
 from ..container import ENTRY, MAGIC, Commit, Header, open_container, parse_footer_at
-from ..errors import FormatError
+from ..errors import (
+    COMMIT,
+    DICTIONARY,
+    LIMIT,
+    OUT_OF_BOUNDS,
+    SEEK_TABLE,
+    UNSUPPORTED,
+    ZSTD_FRAME,
+    FormatError,
+)
 from .plain import pwrite_all
 from .seekable import (
     EMPTY_CHECKSUM,
@@ -63,7 +72,7 @@ def read_dictionary(reader: Any, size: int) -> bytes | None:
     if magic != DICT_FRAME_MAGIC:
         return None
     if length > MAX_DICT_SIZE or head + length > size:
-        raise FormatError(f"dictionary frame claims {length} bytes", 4)
+        raise FormatError(f"dictionary frame claims {length} bytes", 4, code=LIMIT)
     return bytes(read_at(reader, head, length))
 
 
@@ -80,12 +89,12 @@ def last_seek_table(reader: Any, size: int, max_frame_size: int) -> SeekTable:
             pass
         else:
             reason = f"{exc.reason} (open with a larger max_frame_size to read it)"
-            raise FormatError(reason, exc.offset) from None
+            raise FormatError(reason, exc.offset, code=exc.code) from None
     # The last valid table whatever its frames' sizes: the commit to fall back to. Skipping
     # tables over the cap instead would silently open an even older commit.
     found = find_last_seek_table(reader, size, max_frame_size=MAX_FRAME_DECOMPRESSED_SIZE)
     if found is None:
-        raise FormatError("compressed file holds no valid seek table", size)
+        raise FormatError("compressed file holds no valid seek table", size, code=SEEK_TABLE)
     table = found[0]
     sizes = table.decompressed_sizes
     if len(sizes) and int(sizes.max()) > max_frame_size:
@@ -94,6 +103,7 @@ def last_seek_table(reader: Any, size: int, max_frame_size: int) -> SeekTable:
             f"frame {k} decompresses to {int(sizes[k])} bytes, over the reader cap "
             f"{max_frame_size} (open with a larger max_frame_size to read it)",
             int(table.compressed_offsets[k]),
+            code=LIMIT,
         )
     return table
 
@@ -114,7 +124,9 @@ class ZstdSource:
         try:
             self.dctx = new_decompressor(dict_data)
         except zstandard.ZstdError as exc:
-            raise FormatError(f"dictionary frame holds no usable dictionary: {exc}", 8) from None
+            raise FormatError(
+                f"dictionary frame holds no usable dictionary: {exc}", 8, code=DICTIONARY
+            ) from None
         self.size = self.table.logical_size
         self.alignment = 64
         self.cache_bytes = cache_bytes
@@ -186,7 +198,7 @@ class ZstdSource:
                 raise FrameError("frame checksum disagrees with the seek table")
             data = decompress_small(frame, size, self.dctx)
         except FrameError as exc:
-            raise FormatError(f"frame {k}: {exc}", start) from None
+            raise FormatError(f"frame {k}: {exc}", start, code=ZSTD_FRAME) from None
         # One allocation per frame: a buffer shared by several frames would keep evicted
         # frames' memory alive for as long as any of them is cached or viewed.
         out = aligned_bytes(size, self._doffsets[k], self.alignment)
@@ -196,7 +208,11 @@ class ZstdSource:
     def frame(self, offset: int, n: int) -> tuple[Any, int]:
         """(buffer, position): logical bytes [offset, offset + n) are buffer[position:...]."""
         if offset < 0 or n < 0 or offset + n > self.size:
-            raise FormatError(f"read of {n} bytes runs past the logical end {self.size}", offset)
+            raise FormatError(
+                f"read of {n} bytes runs past the logical end {self.size}",
+                offset,
+                code=OUT_OF_BOUNDS,
+            )
         offsets = self._doffsets
         k = bisect.bisect_right(offsets, offset) - 1
         start = offsets[k]
@@ -272,7 +288,9 @@ class ZstdSource:
         commit = parse_footer_at(self.read, self.size, header)
         if commit is None:
             raise FormatError(
-                "the last seek table does not end with a container footer", self.table.table_offset
+                "the last seek table does not end with a container footer",
+                self.table.table_offset,
+                code=COMMIT,
             )
         return commit
 
@@ -384,12 +402,12 @@ class ZstdFile:
         try:
             self.header, self.commit = open_container(source)
             if self.commit.end != source.size:
-                raise FormatError("the last seek table does not end at a commit", size)
+                raise FormatError("the last seek table does not end at a commit", size, code=COMMIT)
             self.dictionary = source.dictionary
             table = source.table
             if table.checksums is None:  # valid seekable, but its next table could not list them
                 reason = "seek table has no checksums (Checksum_Flag 0): cannot append to it"
-                raise FormatError(reason, table.table_offset)
+                raise FormatError(reason, table.table_offset, code=UNSUPPORTED)
             frames = [list(x) for x in table.entries_for_next_table()]
             self.found, self.keep, kept = salvage_frames(
                 source.reader, source.dctx, self.header, table.end, source.size, MAX_FRAME_SIZE

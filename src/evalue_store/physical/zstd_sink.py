@@ -24,7 +24,7 @@ from ..container import (
     SEGMENT,
     open_container,
 )
-from ..errors import FormatError
+from ..errors import INDEX, ZSTD_FRAME, FormatError
 from .plain import pwrite_all
 from .zframe import (
     FrameCutter,
@@ -150,7 +150,9 @@ class ZstdSink(FrameCutter):
         start, logical, end = self._group()
         offsets = entries["offset"].astype(np.int64)
         if len(offsets) and int(offsets.min()) < self._group_logical:
-            raise FormatError("a new record lies before its commit's frames", int(offsets.min()))
+            raise FormatError(
+                "a new record lies before its commit's frames", int(offsets.min()), code=INDEX
+            )
         k = np.searchsorted(logical, offsets, side="right") - 1
         last = offsets + FRAME_SIZE + entries["length"].astype(np.int64) - 1
         k2 = np.searchsorted(logical, last, side="right") - 1
@@ -243,7 +245,7 @@ class ZstdSink(FrameCutter):
                 buf = bytearray(declared)
                 decompress_into(data, memoryview(buf), self.dctx)
             except FrameError as exc:
-                raise FormatError(f"frame at {phys}: {exc}", phys) from None
+                raise FormatError(f"frame at {phys}: {exc}", phys, code=ZSTD_FRAME) from None
             out += buf[at - logical : at - logical + n - len(out)]
         return bytes(out)
 

@@ -16,8 +16,18 @@ from typing import Any
 import numpy as np
 import zstandard
 
+from ..byteio import Gather
 from ..container import ENTRY, ENTRY_DTYPE, FRAME, FRAME_MAGIC, Commit, Header, parse_footer_at
-from ..errors import FormatError
+from ..errors import (
+    COMMIT,
+    DICTIONARY,
+    LAYOUT,
+    LIMIT,
+    OUT_OF_BOUNDS,
+    TRUNCATED,
+    ZSTD_FRAME,
+    FormatError,
+)
 from .zframe import (
     FrameError,
     aligned_bytes,
@@ -58,19 +68,23 @@ class ZstdSource:
         self.layout_end, self.dictionary = read_layout(reader)
         block = find_last_block(reader, reader.size, self.layout_end)
         if block is None:
-            raise FormatError("compressed file holds no valid index block", reader.size)
+            raise FormatError(
+                "compressed file holds no valid index block", reader.size, code=LAYOUT
+            )
         if block.largest > max_frame_size:
             reason = (
                 f"frames of up to {block.largest} bytes, over the reader cap {max_frame_size} "
                 "(open with a larger max_frame_size to read it)"
             )
-            raise FormatError(reason, block.offset)
+            raise FormatError(reason, block.offset, code=LIMIT)
         self.block = block
         dict_data = zstandard.ZstdCompressionDict(self.dictionary) if self.dictionary else None
         try:
             self.dctx = new_decompressor(dict_data)
         except zstandard.ZstdError as exc:
-            raise FormatError(f"layout frame holds no usable dictionary: {exc}", 16) from None
+            raise FormatError(
+                f"layout frame holds no usable dictionary: {exc}", 16, code=DICTIONARY
+            ) from None
         self.size = block.logical_end
         self.physical_end = block.end  # file bytes up to the last commit
         self.cap = max_frame_size
@@ -117,7 +131,9 @@ class ZstdSource:
             if phys >= end:
                 if not strict:
                     break
-                raise FormatError(f"frames at {ext.physical} end before logical {need}", phys)
+                raise FormatError(
+                    f"frames at {ext.physical} end before logical {need}", phys, code=ZSTD_FRAME
+                )
             hit = self._cache.get(phys)
             if hit is not None:
                 self._cache.move_to_end(phys)
@@ -126,11 +142,11 @@ class ZstdSource:
                 if data is None:
                     data, data_at = memoryview(self.reader.pread(phys, end - phys)), phys
                     if len(data) != end - phys:
-                        raise FormatError("file ends inside a frame", phys)
+                        raise FormatError("file ends inside a frame", phys, code=TRUNCATED)
                 try:
                     length, buf = self._decode(data[phys - data_at :], logical)
                 except FrameError as exc:
-                    raise FormatError(f"frame at {phys}: {exc}", phys) from None
+                    raise FormatError(f"frame at {phys}: {exc}", phys, code=ZSTD_FRAME) from None
                 self._remember(phys, length, buf)
             out.append((logical, buf))
             phys += length
@@ -166,7 +182,9 @@ class ZstdSource:
             frames = self._frames(ext, ext.logical + 1)
             if len(frames) != 1 or frames[0][1].nbytes != int(lsizes[j]):
                 raise FormatError(
-                    f"frame at {ext.physical} disagrees with the frame map", ext.physical
+                    f"frame at {ext.physical} disagrees with the frame map",
+                    ext.physical,
+                    code=ZSTD_FRAME,
                 )
             out += frames
         return out
@@ -182,7 +200,11 @@ class ZstdSource:
         if hot is not None and hot[0] == offset and hot[2] + n <= hot[1].nbytes:
             return hot[1], hot[2]
         if offset < 0 or n < 0 or offset + n > self.size:
-            raise FormatError(f"read of {n} bytes runs past the logical end {self.size}", offset)
+            raise FormatError(
+                f"read of {n} bytes runs past the logical end {self.size}",
+                offset,
+                code=OUT_OF_BOUNDS,
+            )
         frames = self._located(offset, n)
         while len(frames) > 1 and frames[1][0] <= offset:
             frames.pop(0)
@@ -198,6 +220,17 @@ class ZstdSource:
     def read(self, offset: int, n: int) -> memoryview:
         buf, pos = self.frame(offset, n)
         return buf[pos : pos + n]
+
+    def gather(
+        self, offsets: np.ndarray, sizes: np.ndarray, *, index: bool = False
+    ) -> tuple[memoryview, np.ndarray]:
+        """The logical bytes of a batch of ranges in one buffer, read in file order (each
+        frame decompressed once); the buffer and each range's position in it."""
+        plan = Gather(offsets, sizes, self.alignment, 0)
+        out = aligned_empty(plan.size, 0, self.alignment)
+        for (start, n), place in zip(plan.spans, plan.places):
+            out[place : place + n] = self.read(start, n)
+        return memoryview(out).toreadonly(), plan.positions
 
     # ------------------------------------------------------------------ records
 
@@ -245,7 +278,7 @@ class ZstdSource:
 
     def _record_head(self, ext: Extent, logical: int) -> tuple[Any, int]:
         if logical + FRAME.size > self.size:
-            raise FormatError("a locator points past the logical end", logical)
+            raise FormatError("a locator points past the logical end", logical, code=OUT_OF_BOUNDS)
         frames = self._frames(ext, logical + FRAME.size)
         for start, buf in frames:
             if start <= logical and logical + FRAME.size <= start + buf.nbytes:
@@ -265,9 +298,9 @@ class ZstdSource:
         try:
             length, buf = self._decode(memoryview(self.reader.pread(at, csize)), logical)
         except FrameError as exc:
-            raise FormatError(f"frame at {at}: {exc}", at) from None
+            raise FormatError(f"frame at {at}: {exc}", at, code=ZSTD_FRAME) from None
         if length != csize or buf.nbytes != lsize:
-            raise FormatError(f"frame at {at} disagrees with the frame map", at)
+            raise FormatError(f"frame at {at} disagrees with the frame map", at, code=ZSTD_FRAME)
         return buf
 
     def last_commit(self, header: Header) -> Commit:
@@ -275,10 +308,10 @@ class ZstdSource:
         commit = parse_footer_at(self.read, self.size, header)
         if commit is None:
             reason = "the last index block does not end with a container footer"
-            raise FormatError(reason, self.block.offset)
+            raise FormatError(reason, self.block.offset, code=COMMIT)
         if commit.record_count != self.block.record_count:
             reason = f"the index block locates {self.block.record_count} records, the footer has"
-            raise FormatError(f"{reason} {commit.record_count}", self.block.offset)
+            raise FormatError(f"{reason} {commit.record_count}", self.block.offset, code=LAYOUT)
         self.commit = commit
         return commit
 

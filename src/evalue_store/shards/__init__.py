@@ -27,7 +27,7 @@ from ..dataset.reader import Dataset, open_dataset
 from ..errors import LIMIT, MANIFEST, FormatError
 from ..physical import remote
 from ..physical.zstd import DEFAULT_CACHE_BYTES, MAX_FRAME_SIZE
-from . import remote as remote_shards
+from . import object_store
 from .manifest import (  # noqa: F401  (re-exported: the manifest API is this module's too)
     DIRECTORY_MANIFEST,
     MANIFEST_FORMAT,
@@ -96,10 +96,10 @@ def resolve_shards(
 
 def _resolve_remote(source: Source, filesystem: Any, options: dict | None) -> list[ShardInfo]:
     shards: list[ShardInfo] = []
-    for fs, inner, url in remote_shards.expand_remote(source, filesystem, options, SHARD_SUFFIXES):
+    for fs, inner, url in object_store.expand_remote(source, filesystem, options, SHARD_SUFFIXES):
         if inner.endswith(".json"):
-            listed = remote_shards.read_remote_manifest(fs, inner, url, parse_manifest)
-            remote_shards.check_listed(fs, listed, url)
+            listed = object_store.read_remote_manifest(fs, inner, url, parse_manifest)
+            object_store.check_listed(fs, listed, url)
             shards.extend(listed)
         else:
             with open_dataset(inner, verify=False, filesystem=fs) as ds:

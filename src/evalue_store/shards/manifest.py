@@ -23,7 +23,6 @@ import json
 import os
 import re
 import stat
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Union
@@ -32,7 +31,7 @@ from ..bounded import open_regular
 from ..container import encode_footer
 from ..dataset.reader import Dataset, open_dataset
 from ..errors import MANIFEST, FormatError
-from ..files import fsync_dir, new_file_mode
+from ..files import atomic_file
 
 MANIFEST_FORMAT = "evalue_store.shards"
 MANIFEST_VERSION = 1
@@ -78,29 +77,9 @@ def describe_shard(path: PathLike) -> ShardInfo:
 def _atomic_write_json(path: str, value: Any, durable: bool = True, replace: bool = True) -> None:
     """Write JSON so readers see the old file or the new one, never a torn one; without
     ``replace``, an existing ``path`` is never replaced (FileExistsError)."""
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
-    try:
-        os.fchmod(fd, new_file_mode())  # as readable as the shards, not mkstemp's 0o600
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(value, f, indent=1)
-            f.write("\n")
-            f.flush()
-            if durable:
-                os.fsync(f.fileno())
-        if replace:
-            os.replace(tmp, path)
-        else:
-            os.link(tmp, path)  # fails if path exists
-            os.unlink(tmp)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    if durable:
-        fsync_dir(path)
+    with atomic_file(path, durable=durable, replace=replace, encoding="utf-8") as f:
+        json.dump(value, f, indent=1)
+        f.write("\n")
 
 
 def write_manifest(

@@ -12,7 +12,7 @@ from ..dataset.fields import FIELDS_KEY, Fields
 from ..dataset.writer import Writer
 from ..errors import ClosedError
 from ..physical import remote
-from . import remote as remote_shards
+from . import object_store
 from .manifest import (
     DIRECTORY_MANIFEST,
     MANIFEST_SUFFIX,
@@ -91,7 +91,7 @@ class ShardWriter:
         **writer_options: Any,
     ):
         self.pattern = os.fspath(pattern)
-        self._staging: remote_shards.Staging | None = None
+        self._staging: object_store.Staging | None = None
         try:
             one_placeholder = self.pattern.format(0) != self.pattern.format(1)
         except (IndexError, KeyError, ValueError) as exc:
@@ -114,7 +114,7 @@ class ShardWriter:
         if filesystem is not None or remote.is_url(self.pattern):
             if resume:
                 raise ValueError("resume needs a local pattern (an object has no append)")
-            self._staging = remote_shards.Staging(
+            self._staging = object_store.Staging(
                 self.pattern,
                 None if manifest is None else os.fspath(manifest),
                 _default_manifest(self.pattern),

@@ -33,7 +33,7 @@ from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
 from ..dataset import batch, indexing
 from ..shards import ShardedDataset, Source, open_shards
-from .collate import BatchSamples, Columns, Padded, as_torch, as_torch_record, collate
+from .batching import BatchSamples, Columns, Padded, as_torch, as_torch_record, collate
 
 __all__ = [
     "BatchSamples",
