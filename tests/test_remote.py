@@ -240,6 +240,7 @@ def reads_never_mix(ds, url: str, n: int) -> int:
             assert got[1] == 1 and got[0].tolist() == [i] * 8
         except evs.FormatError as exc:
             assert url in str(exc) and "changed since it was opened" in str(exc)
+            assert exc.code == "changed"
             errors += 1
     try:
         assert [r[1] for r in ds.get_many(list(range(0, n, 97)))] == [1] * len(range(0, n, 97))

@@ -189,7 +189,7 @@ class RemoteReader:
                 f"version opened (ETag {etag})",
                 rng[0],
                 self.name,
-                code=TRUNCATED,
+                code=CHANGED,
             ) from exc
         try:
             self.fs.invalidate_cache(self.path)  # a listing cached earlier is no answer
