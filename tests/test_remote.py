@@ -258,10 +258,13 @@ def test_object_replaced_by_one_of_the_same_size_is_refused_never_mixed(s3, tmp_
     fs.put_file(old, url)
     ds = evs.open(url, storage_options=s3.options)
     assert ds[n - 1][1] == 1
+    copy = pickle.dumps(ds)  # a DataLoader worker's copy, made before the replacement
     fs.put_file(new, url)
     s3.log.clear()
     assert reads_never_mix(ds, url, n) > 0
     assert any(seen.status == 412 for seen in s3.log.gets())  # refused, not read and judged
+    with pytest.raises(evs.FormatError, match="replaced since"):
+        pickle.loads(copy)[0]
 
 
 # ---------------------------------------------------------------------------- shards, writing
