@@ -523,6 +523,21 @@ def test_http_server_without_etag_reads_with_a_warning(tmp_path):
         assert url in str(ds.path) and same(ds[499], record(499))
 
 
+@pytest.mark.skipif(not have_nginx(), reason="nginx is not installed (.ci/run installs it)")
+def test_http_server_ignoring_range_is_named_as_such(tmp_path):
+    """A server answering ranged GETs with the whole object (nginx ``max_ranges 0``) is
+    a RemoteError saying so, not an object that changed."""
+    pytest.importorskip("aiohttp")
+    root = tmp_path / "www"
+    root.mkdir()
+    write(root / "d.evs", 20_000)
+    assert (root / "d.evs").stat().st_size > 2 * remote.HEAD_BYTES
+    (tmp_path / "nginx").mkdir()
+    with nginx(root, tmp_path / "nginx", "max_ranges 0;") as server:
+        with pytest.raises(RemoteError, match="the server ignores Range"):
+            evs.open(f"{server.url}/d.evs")
+
+
 def test_scan_fetches_ahead_instead_of_one_request_per_record(s3, tmp_path):
     n = 20_000
     url = upload(s3, tmp_path, "scan.evs", n, lambda i: [np.full(64, i, np.int32)])  # ~330 B

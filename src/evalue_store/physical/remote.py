@@ -153,6 +153,11 @@ class RemoteReader:
                     continue
                 start, end = ranges[k]
                 if len(data) != end - start:
+                    if len(data) == self.size:  # a 200 with the whole body: no ranges here
+                        raise RemoteError(
+                            f"{self.name}: the server ignores Range (it sent all {self.size} "
+                            f"bytes for bytes {start}-{end}); ranged reads need one that honours it"
+                        )
                     self._changed(start, end, len(data))
                 out[k] = data
             if not failed:
