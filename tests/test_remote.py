@@ -538,6 +538,33 @@ def test_http_server_ignoring_range_is_named_as_such(tmp_path):
             evs.open(f"{server.url}/d.evs")
 
 
+@pytest.mark.skipif(not have_nginx(), reason="nginx is not installed (.ci/run installs it)")
+def test_cli_commands_take_a_url(tmp_path):
+    """README: every reader takes a URL, the CLI's included; a missing object is one line
+    naming it, exit 2, like a missing file."""
+    pytest.importorskip("aiohttp")
+    root = tmp_path / "www"
+    root.mkdir()
+    write(root / "a.evs", 10)
+    (tmp_path / "nginx").mkdir()
+    with nginx(root, tmp_path / "nginx") as server:
+        for command in ("info", "verify", "head"):
+            proc = subprocess.run(
+                [sys.executable, "-m", "evalue_store", command, f"{server.url}/a.evs"],
+                capture_output=True,
+                text=True,
+            )
+            assert proc.returncode == 0, (command, proc.stderr)
+        proc = subprocess.run(
+            [sys.executable, "-m", "evalue_store", "info", f"{server.url}/gone.evs"],
+            capture_output=True,
+            text=True,
+        )
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and len(lines) == 1 and "internal" not in lines[0]
+        assert f"{server.url}/gone.evs: No such file or directory" in lines[0]
+
+
 def test_scan_fetches_ahead_instead_of_one_request_per_record(s3, tmp_path):
     n = 20_000
     url = upload(s3, tmp_path, "scan.evs", n, lambda i: [np.full(64, i, np.int32)])  # ~330 B
