@@ -49,6 +49,9 @@ def shard_full(writer: Writer, max_records: int | None, max_bytes: int | None) -
     return max_bytes is not None and size >= max_bytes
 
 
+KEPT_BY_APPEND = ("alignment", "format_version", "compression")  # a file's own, fixed
+
+
 class ShardWriter:
     """Writes records across shard files named ``pattern.format(n)`` for n = 0, 1, ...
 
@@ -153,9 +156,12 @@ class ShardWriter:
         if not paths:
             return
         self.shards = [describe_shard(path) for path in paths[:-1]]
-        # metadata again: the last shard may have died before its first commit stored it
+        # metadata again: the last shard may have died before its first commit stored it.
+        # The last shard keeps its own alignment, version and compression; the options
+        # apply to the shards made from now on.
+        options = {k: v for k, v in self.writer_options.items() if k not in KEPT_BY_APPEND}
         self._writer = Writer(
-            paths[-1], "a", metadata=self.metadata, durable=self.durable, **self.writer_options
+            paths[-1], "a", metadata=self.metadata, durable=self.durable, **options
         )
         self.salvage = self._writer.salvage
         self._count = sum(s.records for s in self.shards) + len(self._writer)
