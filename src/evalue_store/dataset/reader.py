@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..container import FRAME_SIZE, Commit, Header
-from ..errors import CHECKSUM, ClosedError, FormatError
+from ..errors import CHANGED, CHECKSUM, ClosedError, FormatError
 from ..metadata import parse_metadata
 from ..physical import open_file, reopen_name
 from ..physical.zstd import DEFAULT_CACHE_BYTES, MAX_FRAME_SIZE
@@ -56,6 +56,8 @@ class Dataset(Records):
         self.storage_options = storage_options
         self.cache_dir = None if cache_dir is None else os.fspath(cache_dir)
         self._source: Any = None
+        self._closed_by_pickle = False  # a copy opens on first use...
+        self._pinned: tuple[bytes, int] | None = None  # ...and must find this there
         self._load()
         if as_dict:
             try:
@@ -147,11 +149,33 @@ class Dataset(Records):
 
     def _ensure_open(self) -> None:
         if self._source is None:
-            if getattr(self, "_closed_by_pickle", False):
+            if self._closed_by_pickle:
                 self._closed_by_pickle = False
                 self._load()
+                self._check_pinned()
             else:
                 raise ClosedError(f"{self.path}: dataset is closed")
+
+    def _check_pinned(self) -> None:
+        """A copy (a DataLoader worker's) reads the file its original read, or fails: the
+        same file, by its id, with at least the original's records (appends are fine: the
+        records before them are the same). A file or object replaced meanwhile is an
+        error every time, never its records."""
+        if self._pinned is None:
+            return
+        file_id, count = self._pinned
+        if self.header.file_id == file_id and self.commit.record_count >= count:
+            self._pinned = None
+            return
+        self._close_source()
+        self._closed_by_pickle = True
+        self._len = None
+        reason = (
+            "replaced since the dataset was pickled: another file is there now"
+            if self.header.file_id != file_id
+            else f"holds {self.commit.record_count} records, fewer than the {count} it had"
+        )
+        raise FormatError(reason, None, self.path, code=CHANGED)
 
     def __enter__(self) -> Dataset:
         return self
@@ -171,6 +195,10 @@ class Dataset(Records):
             "filesystem": self.filesystem,
             "storage_options": self.storage_options,
             "cache_dir": self.cache_dir,
+            # what the copy must find there: this file (its id), with at least these records
+            "pinned": self._pinned
+            if self._source is None and self._closed_by_pickle
+            else (self.header.file_id, self.commit.record_count),
         }
 
     def __setstate__(self, state: dict) -> None:
@@ -187,6 +215,7 @@ class Dataset(Records):
         self.cache_dir = state.get("cache_dir")
         self._source = self._mapped = None
         self._closed_by_pickle = True
+        self._pinned = state.get("pinned")
         self._len = None
 
     # ------------------------------------------------------------------ properties
