@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 import zstandard
 
+from ..byteio import Gather
+
 ZSTD_FRAME_MAGIC = 0xFD2FB528
 """Magic number of a Zstandard frame (zstd_compression_format.md, Zstandard frames)."""
 SKIPPABLE_MAGIC_MIN = 0x184D2A50
@@ -76,6 +78,19 @@ def new_decompressor(
     if dict_data is None:
         return zstandard.ZstdDecompressor()
     return zstandard.ZstdDecompressor(dict_data=dict_data)
+
+
+def gather_reads(
+    read: Any, offsets: np.ndarray, sizes: np.ndarray, alignment: int
+) -> tuple[memoryview, np.ndarray]:
+    """A batch of logical ranges read through ``read(offset, n)`` into one buffer, span by
+    span in file order (so each frame is decompressed once): the buffer and each range's
+    position in it. Both compressed sources' ``gather``."""
+    plan = Gather(offsets, sizes, alignment, 0)
+    out = aligned_empty(plan.size, 0, alignment)
+    for (start, n), place in zip(plan.spans, plan.places):
+        out[place : place + n] = read(start, n)
+    return memoryview(out).toreadonly(), plan.positions
 
 
 def aligned_empty(nbytes: int, logical_start: int = 0, alignment: int = 64) -> np.ndarray:
