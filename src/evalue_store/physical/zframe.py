@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 import zstandard
 
+from ..byteio import Gather
+
 ZSTD_FRAME_MAGIC = 0xFD2FB528
 """Magic number of a Zstandard frame (zstd_compression_format.md, Zstandard frames)."""
 SKIPPABLE_MAGIC_MIN = 0x184D2A50
@@ -102,6 +104,19 @@ def aligned_bytes(nbytes: int, logical_start: int = 0, alignment: int = 64) -> m
     raw = _ZERO_BYTE * (nbytes + alignment)
     shift = (logical_start - raw.buffer_info()[0]) % alignment
     return memoryview(raw)[shift : shift + nbytes]
+
+
+def gather_logical(
+    read: Any, offsets: np.ndarray, sizes: np.ndarray, alignment: int
+) -> tuple[memoryview, np.ndarray]:
+    """A compressed source's ``gather``: the logical bytes of a batch of ranges in one
+    buffer, read in logical order through ``read`` (so each frame is decompressed once);
+    the buffer and each range's position in it."""
+    plan = Gather(offsets, sizes, alignment, 0)
+    out = aligned_empty(plan.size, 0, alignment)
+    for (start, n), place in zip(plan.spans, plan.places):
+        out[place : place + n] = read(start, n)
+    return memoryview(out).toreadonly(), plan.positions
 
 
 def walk_blocks(

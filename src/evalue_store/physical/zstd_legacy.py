@@ -50,6 +50,7 @@ from .zframe import (
     decompress_small,
     frame_checksum,
     frame_extent,
+    gather_logical,
     new_compressor,
     new_decompressor,
 )
@@ -236,6 +237,12 @@ class ZstdSource:
     def read(self, offset: int, n: int) -> memoryview:
         buf, pos = self.frame(offset, n)
         return buf[pos : pos + n]
+
+    def gather(
+        self, offsets: np.ndarray, sizes: np.ndarray, *, index: bool = False
+    ) -> tuple[memoryview, np.ndarray]:
+        """As ``zframe.gather_logical`` (a batch's records in one buffer)."""
+        return gather_logical(self.read, offsets, sizes, self.alignment)
 
     def entry(self, at: int, i: int) -> tuple[int, int, int, int]:
         return ENTRY.unpack_from(*self.frame(at, ENTRY.size))

@@ -16,7 +16,6 @@ from typing import Any
 import numpy as np
 import zstandard
 
-from ..byteio import Gather
 from ..container import ENTRY, ENTRY_DTYPE, FRAME, FRAME_MAGIC, Commit, Header, parse_footer_at
 from ..errors import (
     COMMIT,
@@ -35,6 +34,7 @@ from .zframe import (
     check_frame,
     decompress_into,
     decompress_small,
+    gather_logical,
     new_decompressor,
 )
 from .zstd_layout import (
@@ -224,13 +224,8 @@ class ZstdSource:
     def gather(
         self, offsets: np.ndarray, sizes: np.ndarray, *, index: bool = False
     ) -> tuple[memoryview, np.ndarray]:
-        """The logical bytes of a batch of ranges in one buffer, read in file order (each
-        frame decompressed once); the buffer and each range's position in it."""
-        plan = Gather(offsets, sizes, self.alignment, 0)
-        out = aligned_empty(plan.size, 0, self.alignment)
-        for (start, n), place in zip(plan.spans, plan.places):
-            out[place : place + n] = self.read(start, n)
-        return memoryview(out).toreadonly(), plan.positions
+        """As ``zframe.gather_logical``."""
+        return gather_logical(self.read, offsets, sizes, self.alignment)
 
     # ------------------------------------------------------------------ records
 
