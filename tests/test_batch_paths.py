@@ -135,29 +135,35 @@ def test_every_source_decodes_by_column(files, source, monkeypatch):
         assert_batch(got, expected(ds, [int(i) % 700 for i in indices]))
 
 
-def test_remote_batch_decodes_by_column_in_two_rounds(files, monkeypatch):
-    """A remote batch: its index entries in one round, its records in another, then the
-    column decoder (no record-by-record reads)."""
+@pytest.fixture(scope="module")
+def s3():
     pytest.importorskip("s3fs")
     pytest.importorskip("moto.server")
     from tests.servers import s3_server
 
     with s3_server() as server:
         server.fs().mkdir("bkt")
-        server.fs().put_file(str(files[None]), "bkt/batch.evs")
-        ds = evs.open("s3://bkt/batch.evs", storage_options=server.options)
-        ds.get_batch([0, 1])
-        calls = counting_decodes(monkeypatch)
-        rounds = []
-        pread_many = ds._source.reader.pread_many
-        monkeypatch.setattr(
-            ds._source.reader, "pread_many", lambda *a, **k: rounds.append(1) or pread_many(*a, **k)
-        )
-        indices = np.random.default_rng(4).permutation(700)[:200]
-        got = ds.get_batch(indices)
-        assert calls == [200] and len(rounds) == 2
-        with evs.open(files[None]) as local:
-            assert_batch(got, expected(local, indices))
+        yield server
+
+
+def test_remote_batch_decodes_by_column_in_two_rounds(files, s3, monkeypatch):
+    """A remote batch: its index entries in one round, its records in another, then the
+    column decoder (no record-by-record reads)."""
+    name = files[None].name
+    s3.fs().put_file(str(files[None]), f"bkt/{name}")
+    ds = evs.open(f"s3://bkt/{name}", storage_options=s3.options)
+    ds.get_batch([0, 1])
+    calls = counting_decodes(monkeypatch)
+    rounds = []
+    pread_many = ds._source.reader.pread_many
+    monkeypatch.setattr(
+        ds._source.reader, "pread_many", lambda *a, **k: rounds.append(1) or pread_many(*a, **k)
+    )
+    indices = np.random.default_rng(4).permutation(700)[:200]
+    got = ds.get_batch(indices)
+    assert calls == [200] and len(rounds) == 2
+    with evs.open(files[None]) as local:
+        assert_batch(got, expected(local, indices))
 
 
 class Reads:

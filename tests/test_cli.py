@@ -783,6 +783,28 @@ def test_compress_decompress_and_dictionary(tmp_path):
     run("dictionary", src, "-o", tmp_path / "y", code=1)  # holds no dictionary
 
 
+def test_decompress_of_a_file_with_a_tail_says_the_tail_is_left_out(tmp_path):
+    """The help promises the logical stream up to the last commit; an uncommitted tail
+    (a writer killed) is not copied, and a note names it and recover, so records it holds
+    are not dropped without a word."""
+    packed = tmp_path / "t.evs.zst"
+    pid = os.fork()
+    if pid == 0:  # a writer killed after a commit and more appends
+        w = evs.Writer(packed, compression="zstd", frame_size=1024)
+        w.extend([[np.arange(50) * i] for i in range(30)])
+        w.commit()
+        w.extend([[np.arange(50) * i, "tail"] for i in range(30)])
+        os._exit(0)
+    os.waitpid(pid, 0)
+    with evs.open(packed) as ds:
+        tail = ds.uncommitted_bytes
+    assert tail > 0
+    proc = run("decompress", packed, "-o", tmp_path / "out.evs", inprocess=True)
+    assert f"uncommitted tail ({tail:,} bytes" in proc.stderr and "recover" in proc.stderr
+    with evs.open(tmp_path / "out.evs") as ds:
+        assert len(ds) == 30 and ds.uncommitted_bytes == 0
+
+
 # ----------------------------------------------------------------------------- outputs
 
 

@@ -338,12 +338,36 @@ def test_views_outlive_close_and_pickle_reopens(tmp_path):
     assert view.sum() == 499500  # still mapped: no crash
     ds = evs.open(path)
     blob = pickle.dumps(ds)
-    assert len(blob) < 300 and str(path).encode() in blob  # the path, not the data
+    assert len(blob) < 400 and str(path).encode() in blob  # the path (and file id), no data
     clone = pickle.loads(blob)
     assert len(clone) == 1 and clone[0][1] == "a"
     ds.close()
     with pytest.raises(ValueError, match="closed"):
         ds[0]
+
+
+def test_a_pickled_dataset_reads_the_file_it_was_pickled_from_or_fails(tmp_path):
+    """A copy (what a DataLoader worker gets) reopens the path: records appended meanwhile
+    are fine, but a file replaced there (another file, or one holding fewer records) is a
+    FormatError naming it, every time, never its records."""
+    path = tmp_path / "p.evs"
+    with evs.Writer(path) as w:
+        w.extend([[i, "old"] for i in range(10)])
+    ds = evs.open(path)
+    with evs.Writer(path, "a") as w:
+        w.append([10, "old"])
+    assert pickle.loads(pickle.dumps(ds))[3] == [3, "old"]
+    copy = pickle.loads(pickle.dumps(ds))
+    twice = pickle.loads(pickle.dumps(copy))  # a copy of a copy not yet opened
+    with evs.Writer(tmp_path / "new.evs") as w:
+        w.extend([[i, "new"] for i in range(10)])
+    os.replace(tmp_path / "new.evs", path)
+    for clone in (copy, twice):
+        for _ in range(2):
+            with pytest.raises(evs.FormatError, match="replaced since") as err:
+                clone[3]
+            assert err.value.path == str(path) and err.value.code == "changed"
+    assert ds[3] == [3, "old"]  # the original still reads its own file
 
 
 @pytest.mark.parametrize("compression", [None, "zstd"])

@@ -99,6 +99,17 @@ def test_compressed_fixture_is_refused_with_a_clear_error(asan, tmp_path, versio
     assert doc["values"] == want["values"] and doc["records"] == 24
 
 
+def test_a_file_written_compressed_today_is_refused_as_compressed(asan, tmp_path):
+    """cpp/README: compressed files are refused with kCompressed and a message saying to
+    decompress them; new ones start with the layout frame (FRAMES.md layout 2)."""
+    path = tmp_path / "new.evs.zst"
+    with evs.Writer(path, compression="zstd") as w:
+        w.append([np.arange(3)])
+    assert path.read_bytes()[:4] == bytes.fromhex("5B2A4D18")
+    (doc,) = cpp_dump(asan, [path])
+    assert "zstd -d" in doc["open"]["error"] and "bad magic" not in doc["open"]["error"]
+
+
 def test_java_golden_values_packed_read_the_same(asan, tmp_path):
     """Every Java golden vector (tests/fixtures/java), decoded by evs.java and written to a
     container, reads the same in C++ (what an app's EValue[] becomes on device)."""

@@ -1,8 +1,10 @@
 """The fast paths give exactly what the generic code gives.
 
 A scan (``for rec in ds``) of a plain file through a mapping decodes runs of same-layout
-records column by column (Layout.decode_run); the writer encodes columns of same-layout
-records at once (Writer.extend_columns).
+records column by column (Layout.decode_run); ``ds[i]`` of such a file reads its entry and
+frame inline and slices its tensors from one array per dtype over the mapping
+(Layout.decode); the writer encodes columns of same-layout records at once
+(Writer.extend_columns).
 The oracle is the generic decoder (``decode_payload``) and the pread backend, whose scan
 reads record by record. Damaged records must fail at the same record with the same error.
 """
@@ -145,9 +147,11 @@ def test_scan_matches_generic_decoder(tmp_path_factory, kinds, plan, alignment):
     assert len(want) == len(written)
     with evs.open(path) as ds:
         got = list(ds)
-    for g, w in zip(got, want):
+        by_index = [ds[i] for i in range(-len(ds), 0)]  # ds[i] of a mapped file: its fast path
+    for g, w, one in zip(got, want, by_index):
         assert_identical(g, w)
-    assert len(got) == len(want)
+        assert_identical(one, w)
+    assert len(got) == len(want) == len(by_index)
     assert_scans_agree(path)
 
 

@@ -143,6 +143,18 @@ OUT_OF_RANGE = [
 ]
 
 
+@pytest.mark.parametrize("index", MANY, ids=repr)
+def test_get_many_and_get_batch_take_what_indexing_takes_for_several(paths, index):
+    """README: a slice, an integer sequence or a mask selects records for ``ds[...]`` and
+    ``ds.get_many`` alike, and ``get_batch`` takes indices as ``get_many`` does."""
+    np_index = index.numpy() if isinstance(index, torch.Tensor) else index
+    expected = np.atleast_1d(np.arange(N)[np_index]).tolist()
+    for name, ds, key in _datasets(paths)[:4]:
+        assert [key(r) for r in ds.get_many(index)] == expected, name
+        if expected:
+            assert ds.get_batch(index)[0].tolist() == expected, name
+
+
 @pytest.mark.parametrize("index", OUT_OF_RANGE, ids=repr)
 def test_out_of_range_and_wrong_length_raise_index_error(paths, index):
     _every_dataset_raises(paths, index, IndexError)

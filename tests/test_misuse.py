@@ -326,6 +326,30 @@ def test_mode_w_through_a_symlink_replaces_the_target(tmp_path):
         assert [r[1] for r in ds] == [5]
 
 
+@pytest.mark.parametrize(
+    "dictionary, reason",
+    [
+        (bytes(range(256)) * 4097, "over the 1048576 readers accept"),  # FRAMES.md: D <= 1 MiB
+        (b"\x37\xa4\x30\xec" + bytes(200), "zstd cannot use this dictionary"),
+        ("a string", "must be bytes"),
+    ],
+)
+def test_a_dictionary_no_reader_could_use_is_refused_before_any_file(tmp_path, dictionary, reason):
+    """Records committed with it would be in a file its own reader refuses: refused first,
+    with a ValueError naming why, and no file is left; one of exactly 1 MiB is fine."""
+    path = tmp_path / "d.evs.zst"
+    with pytest.raises(ValueError, match=reason):
+        evs.Writer(path, compression="zstd", dictionary=dictionary)
+    assert not path.exists()
+    trained = evs.train_dictionary([rec(i) + [f"key-{i}"] for i in range(400)], 4096)
+    with evs.Writer(
+        path, compression="zstd", dictionary=trained + bytes((1 << 20) - len(trained))
+    ) as w:
+        w.append(rec(1))
+    with evs.open(path) as ds:
+        assert len(ds) == 1
+
+
 def test_a_whole_file_write_that_fails_leaves_the_old_file_and_no_temporary(tmp_path):
     """Manifests and remote copies are written through files.atomic_file: a reader finds
     the old bytes or the new ones, and a failure part way leaves no stray file."""

@@ -240,6 +240,7 @@ def reads_never_mix(ds, url: str, n: int) -> int:
             assert got[1] == 1 and got[0].tolist() == [i] * 8
         except evs.FormatError as exc:
             assert url in str(exc) and "changed since it was opened" in str(exc)
+            assert exc.code == "changed"
             errors += 1
     try:
         assert [r[1] for r in ds.get_many(list(range(0, n, 97)))] == [1] * len(range(0, n, 97))
@@ -257,10 +258,13 @@ def test_object_replaced_by_one_of_the_same_size_is_refused_never_mixed(s3, tmp_
     fs.put_file(old, url)
     ds = evs.open(url, storage_options=s3.options)
     assert ds[n - 1][1] == 1
+    copy = pickle.dumps(ds)  # a DataLoader worker's copy, made before the replacement
     fs.put_file(new, url)
     s3.log.clear()
     assert reads_never_mix(ds, url, n) > 0
     assert any(seen.status == 412 for seen in s3.log.gets())  # refused, not read and judged
+    with pytest.raises(evs.FormatError, match="replaced since"):
+        pickle.loads(copy)[0]
 
 
 # ---------------------------------------------------------------------------- shards, writing
@@ -517,6 +521,48 @@ def test_http_server_without_etag_reads_with_a_warning(tmp_path):
         with pytest.warns(UserWarning, match="no strong ETag.* records of both may be returned"):
             ds = evs.open(url)
         assert url in str(ds.path) and same(ds[499], record(499))
+
+
+@pytest.mark.skipif(not have_nginx(), reason="nginx is not installed (.ci/run installs it)")
+def test_http_server_ignoring_range_is_named_as_such(tmp_path):
+    """A server answering ranged GETs with the whole object (nginx ``max_ranges 0``) is
+    a RemoteError saying so, not an object that changed."""
+    pytest.importorskip("aiohttp")
+    root = tmp_path / "www"
+    root.mkdir()
+    write(root / "d.evs", 20_000)
+    assert (root / "d.evs").stat().st_size > 2 * remote.HEAD_BYTES
+    (tmp_path / "nginx").mkdir()
+    with nginx(root, tmp_path / "nginx", "max_ranges 0;") as server:
+        with pytest.raises(RemoteError, match="the server ignores Range"):
+            evs.open(f"{server.url}/d.evs")
+
+
+@pytest.mark.skipif(not have_nginx(), reason="nginx is not installed (.ci/run installs it)")
+def test_cli_commands_take_a_url(tmp_path):
+    """README: every reader takes a URL, the CLI's included; a missing object is one line
+    naming it, exit 2, like a missing file."""
+    pytest.importorskip("aiohttp")
+    root = tmp_path / "www"
+    root.mkdir()
+    write(root / "a.evs", 10)
+    (tmp_path / "nginx").mkdir()
+    with nginx(root, tmp_path / "nginx") as server:
+        for command in ("info", "verify", "head"):
+            proc = subprocess.run(
+                [sys.executable, "-m", "evalue_store", command, f"{server.url}/a.evs"],
+                capture_output=True,
+                text=True,
+            )
+            assert proc.returncode == 0, (command, proc.stderr)
+        proc = subprocess.run(
+            [sys.executable, "-m", "evalue_store", "info", f"{server.url}/gone.evs"],
+            capture_output=True,
+            text=True,
+        )
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and len(lines) == 1 and "internal" not in lines[0]
+        assert f"{server.url}/gone.evs: No such file or directory" in lines[0]
 
 
 def test_scan_fetches_ahead_instead_of_one_request_per_record(s3, tmp_path):

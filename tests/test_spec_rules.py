@@ -519,3 +519,27 @@ def test_metadata_nests_at_most_512_deep_for_writers_and_readers(tmp_path):
         with pytest.raises(evs.FormatError, match="deeper than 512"):
             _ = ds.metadata
         assert any("deeper than 512" in p for p in ds.verify().problems)
+
+
+def test_verify_reports_blocks_that_overlap(tmp_path):
+    """FORMAT.md §2 rule 1 and §13 rule 1: blocks never overlap, and a verifier reports
+    blocks that do. A metadata block laid over a record's tensor data (checksums valid,
+    the JSON padded with spaces) read fine and passed verify."""
+    text = b'{"a": 1}'.ljust(64)
+    path = tmp_path / "o.evs"
+    with evs.Writer(path) as w:
+        w.append([np.frombuffer(text, np.uint8), 7])
+    with evs.open(path) as ds:
+        commit, header = ds.commit, ds.header
+        at = int(ds.entries()["offset"][0]) + 64  # the tensor data: 64 bytes from the frame
+        assert bytes(ds[0][0]) == text
+    data = bytearray(path.read_bytes())
+    assert data[at : at + 64] == text
+    overlaid = replace(commit, metadata_offset=at, metadata_length=64, metadata_crc=crc32c(text))
+    del data[commit.footer_offset :]
+    data += encode_footer(commit.footer_offset, header.file_id, overlaid, crc32c)
+    path.write_bytes(data)
+    with evs.open(path) as ds:
+        assert ds.metadata == {"a": 1} and ds[0][1] == 7  # readers need not notice
+        report = ds.verify()
+    assert report.problems == [f"blocks overlap at {at}: a block starts inside another"]

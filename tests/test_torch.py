@@ -373,3 +373,23 @@ def test_rank_and_world_come_from_torch_distributed(shards, tmp_path):
         assert (explicit.rank, explicit.world_size) == (1, 3)
     finally:
         dist.destroy_process_group()
+
+
+def test_an_open_dataset_or_shards_are_sources_with_their_own_as_dict(tmp_path):
+    """README: EValueDataset takes what open_shards takes, or an open ShardedDataset; an
+    open Dataset is its file. Their as_dict is the default; contradicting it is an error
+    saying so."""
+    path = tmp_path / "t.evs"
+    with evs.Writer(path) as w:
+        w.append({"x": np.arange(3), "y": 1})
+    for make in (EValueDataset, ShardedIterableDataset):
+        listed = next(iter(make(evs.open(path))))
+        assert isinstance(listed, list) and torch.equal(listed[0], torch.arange(3))
+        for source in (evs.open(path, as_dict=True), evs.open_shards(path, as_dict=True)):
+            assert set(next(iter(make(source)))) == {"x", "y"}
+        assert set(next(iter(make(evs.open_shards(path, as_dict=True), as_dict=True)))) == {
+            "x",
+            "y",
+        }
+        with pytest.raises(ValueError, match="as_dict=False contradicts"):
+            make(evs.open_shards(path, as_dict=True), as_dict=False)

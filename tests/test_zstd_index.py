@@ -479,3 +479,15 @@ def test_died_before_the_first_commit_restarts_in_layout_2(tmp_path):
         w.append([2])
     with evs.open(path) as ds:
         assert ds.compressed and ds[0] == [2] and len(ds) == 1
+
+
+def test_a_bad_layout_frame_size_is_named_as_such(tmp_path):
+    """FRAMES.md: a Frame_Size other than 12 + D is rejected; the error names that field
+    and its offset (4), not the dictionary, which may be fine."""
+    path, _ = made(tmp_path)
+    data = bytearray(path.read_bytes())
+    struct.pack_into("<I", data, 4, 0xFFFFFFF0)
+    path.write_bytes(data)
+    with pytest.raises(evs.FormatError, match="Frame_Size 4294967280 is not 12") as err:
+        evs.open(path)
+    assert err.value.offset == 4

@@ -212,7 +212,11 @@ Error Reader::locate(Source& src, uint64_t size, Options options) {
   uint8_t head[kHeaderFixed];
   size_t got = static_cast<size_t>(std::min<uint64_t>(size, kHeaderFixed));
   if (!src.read(0, got, head)) return gone;
-  if (got >= 4 && (std::memcmp(head, kZstdMagic, 4) == 0 || std::memcmp(head, kDictMagic, 4) == 0))
+  // Layout 2 starts with its layout frame, a zstd skippable frame (magic 0x184D2A5?, the
+  // dictionary frame of layout 1 among them); layout 1 may also start with a data frame.
+  const bool skippable =
+      got >= 4 && (head[0] & 0xF0) == 0x50 && std::memcmp(head + 1, kDictMagic + 1, 3) == 0;
+  if (got >= 4 && (std::memcmp(head, kZstdMagic, 4) == 0 || skippable))
     return fail(ErrorCode::kCompressed, 0,
                 "a zstd-compressed container: this reader reads plain files only "
                 "(decompress it with `zstd -d`)");

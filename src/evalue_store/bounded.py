@@ -116,14 +116,18 @@ def extents(entries: np.ndarray) -> np.ndarray:
     return np.stack([starts, starts + FRAME_SIZE + entries["length"].astype(np.int64)], axis=1)
 
 
-def gaps(fixed: Iterable[tuple[int, int]], records: Iterable[np.ndarray]) -> Iterator[tuple]:
-    """(start, end) of every range covered by no block: the blocks are ``fixed`` (any order)
-    and record extents given chunk by chunk in file order (as a sound index holds them).
+def gaps(
+    fixed: Iterable[tuple[int, int]], records: Iterable[np.ndarray], overlaps: list[int]
+) -> Iterator[tuple]:
+    """(start, end) of every range covered by no block: the blocks are ``fixed`` (any order;
+    one named twice counts once) and record extents given chunk by chunk in file order (as
+    a sound index holds them). The start of every block that begins inside an earlier one
+    is added to ``overlaps`` (a valid file has none: docs/FORMAT.md §2).
 
     Each record chunk is merged with the fixed blocks that start before its last record, so
     memory is one chunk plus the fixed blocks, not the whole index.
     """
-    table = np.array(sorted(fixed), np.int64).reshape(-1, 2)
+    table = np.array(sorted(set(fixed)), np.int64).reshape(-1, 2)
     reach, taken = 0, 0
     for chunk in itertools.chain(records, [None]):
         upto = len(table) if chunk is None else int(np.searchsorted(table[:, 0], chunk[-1, 0]))
@@ -133,21 +137,25 @@ def gaps(fixed: Iterable[tuple[int, int]], records: Iterable[np.ndarray]) -> Ite
             continue
         items = items[np.argsort(items[:, 0], kind="stable")]
         ends = np.maximum.accumulate(np.concatenate([[reach], items[:, 1]]))
+        overlaps += items[items[:, 0] < ends[:-1], 0].tolist()
         for k in np.flatnonzero(items[:, 0] > ends[:-1]).tolist():
             yield int(ends[k]), int(items[k, 0])
         reach = int(ends[-1])
 
 
-def padding_problem(read: Read, blocks: list[tuple[int, int]], segments: Any) -> str | None:
-    """What verify reports if a gap between ``blocks`` and the record frames the index
-    ``segments`` name is not all zero (runs once the index is sound: records in file order;
-    memory is a piece of the index plus the blocks)."""
+def layout_problems(read: Read, blocks: list[tuple[int, int]], segments: Any) -> list[str]:
+    """What verify reports about the layout of ``blocks`` and the record frames the index
+    ``segments`` name: blocks that overlap, gaps between them that are not all zero (runs
+    once the index is sound: records in file order; memory is a piece of the index plus the
+    blocks)."""
     records = (extents(entries) for seg in segments for _, entries in index_chunks(read, seg))
-    bad = [start for start, end in gaps(blocks, records) if not all_zero(read, start, end)]
-    if not bad:
-        return None
-    where = ", ".join(str(b) for b in bad[:10]) + (" ..." if len(bad) > 10 else "")
-    return (
-        f"non-zero bytes in the padding between blocks at {len(bad)} places "
-        f"(offsets {where}): no read uses them, but the file was changed there"
-    )
+    overlaps: list[int] = []
+    bad = [s for s, e in gaps(blocks, records, overlaps) if not all_zero(read, s, e)]
+    problems = [f"blocks overlap at {at}: a block starts inside another" for at in overlaps[:10]]
+    if bad:
+        where = ", ".join(str(b) for b in bad[:10]) + (" ..." if len(bad) > 10 else "")
+        problems.append(
+            f"non-zero bytes in the padding between blocks at {len(bad)} places "
+            f"(offsets {where}): no read uses them, but the file was changed there"
+        )
+    return problems

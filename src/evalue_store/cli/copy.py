@@ -29,8 +29,10 @@ from .registry import (
 from .render import (
     EXIT_OK,
     EXIT_PROBLEMS,
+    PROG,
     CliError,
     field_names,
+    note,
     open_dataset,
     plural,
     progress,
@@ -267,8 +269,10 @@ def _decompress_args(p: argparse.ArgumentParser) -> None:
     "turn a compressed container back into the plain one (what zstd -d gives)",
     "evalue-store decompress train.evs.zst -o train.evs",
     _decompress_args,
-    notes="""OUT is byte for byte the logical stream, commit history included, exactly what the
-stock "zstd -d" writes (no dictionary flag needed here).""",
+    notes="""OUT is byte for byte the logical stream up to the last commit, commit history
+included: what the stock "zstd -d" writes (no dictionary flag needed here) for a file
+without an uncommitted tail. A tail (a writer died) is not copied, and a note says so: run
+"evalue-store recover FILE" first to keep the records it holds.""",
 )
 def cmd_decompress(args: argparse.Namespace) -> int:
     refuse_overwrite(args.output, args.force)
@@ -285,7 +289,14 @@ def cmd_decompress(args: argparse.Namespace) -> int:
             with evs.open(temp) as check:  # what we wrote must be a valid container
                 if len(check) != len(ds):
                     raise CliError(args.output, "decompressed output lost records")
+        tail = ds.uncommitted_bytes
     print(f"decompressed {args.file} into {args.output} ({os.path.getsize(args.output):,} bytes)")
+    if tail:
+        note(
+            args,
+            f"{PROG}: {args.file}: its uncommitted tail ({tail:,} bytes after the last commit) "
+            f'is not in {args.output}; "{PROG} recover {args.file}" first keeps what it holds',
+        )
     return EXIT_OK
 
 

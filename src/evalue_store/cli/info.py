@@ -14,6 +14,7 @@ import numpy as np
 import evalue_store as evs
 
 from ..container import CHECKSUM_TITLES, ENTRY_SIZE, FRAME_SIZE
+from ..physical import remote
 from .registry import at_least_one, command, file_arg, json_arg
 from .render import (
     EXIT_OK,
@@ -80,9 +81,16 @@ def schema(ds: evs.Dataset, samples: int = 8) -> tuple[list[dict], int, list[str
     return rows, len(indices), problems
 
 
+def _file_size(path: str) -> int:
+    if remote.is_url(path):
+        fs, inner, url = remote.resolve(path)
+        return int(remote.stat(fs, inner, url)["size"])
+    return os.path.getsize(path)
+
+
 def info_report(ds: evs.Dataset) -> tuple[dict, list[str]]:
     commit, header = ds.commit, ds.header
-    file_bytes = os.path.getsize(ds.path)
+    file_bytes = _file_size(ds.path)
     lengths = sum(int(e["length"].sum(dtype=np.uint64)) for e in ds.iter_entries())
     data = lengths + FRAME_SIZE * len(ds)
     index = sum(seg.count for seg in commit.segments) * ENTRY_SIZE

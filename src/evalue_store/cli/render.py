@@ -46,6 +46,8 @@ def error_line(exc: Exception, file: str | None) -> tuple[int, str]:
     if isinstance(exc, OSError) and exc.strerror:
         where = exc.filename if exc.filename is not None else file
         return EXIT_USAGE, f"{where}: {exc.strerror}" if where else exc.strerror
+    if isinstance(exc, OSError):  # a store's error (RemoteError...): its text names the URL
+        return EXIT_USAGE, str(exc)
     if isinstance(exc, evs.WriterLockedError):
         return EXIT_USAGE, f"{exc} (wait until it exits)"
     if isinstance(exc, (evs.EncodeError, ValueError)):

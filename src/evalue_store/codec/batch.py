@@ -29,17 +29,15 @@ def encode_batch(
     the same in every frame: the bytes are those the record codec writes, record by record.
     """
     stride = -(-layout.size // alignment) * alignment
-    frames = np.zeros((count, stride), np.uint8)
+    frames = np.empty((count, stride), np.uint8)
     frames[:, : layout.size] = layout.frame
+    frames[:, layout.size :] = 0  # the padding to the next frame
     for (_, _, at, _), block in zip(layout.slots, blocks):
         if block is not None:
             frames[:, at : at + block.shape[1]] = block
     flat = memoryview(frames.reshape(-1))
-    start, end = FRAME_SIZE, layout.size
-    crcs = np.empty(count, "<u4")
-    for k in range(count):
-        crcs[k] = checksum(flat[start:end])
-        start += stride
-        end += stride
+    length = layout.length
+    payloads = range(FRAME_SIZE, count * stride, stride)  # where each payload starts
+    crcs = np.array([checksum(flat[at : at + length]) for at in payloads], "<u4")
     frames[:, FRAME_CRC_AT : FRAME_CRC_AT + 4] = crcs.view(np.uint8).reshape(count, 4)
     return frames, crcs

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ..container import FRAME, FRAME_CRC_AT, FRAME_LENGTH_AT, FRAME_MAGIC, FRAME_SIZE
+from ..container import FRAME, FRAME_CRC_AT, FRAME_LENGTH_AT, FRAME_SIZE
 from . import grammar as g
 from .kinds import CODECS, S_BOOL, S_BYTES, S_SCALAR, S_TENSOR, S_TEXT, Slot
 
@@ -31,7 +31,9 @@ class Layout:
 
     ``slots`` holds one Slot per value. ``check_at`` are the frame offsets of the
     structural bytes (everything but the checksum, scalar values, string contents and
-    tensor data), ``check_bytes`` their values; ``frame`` is the whole sample frame.
+    tensor data), ``check_bytes`` their values; ``frame`` is the whole sample frame. The
+    struct unpacks each run of structural bytes as one bytes field, so that checking a
+    record's structure compares a few byte strings.
     """
 
     __slots__ = (
@@ -39,6 +41,7 @@ class Layout:
         "structure",
         "expected",
         "slots",
+        "steps",
         "size",
         "length",
         "check_at",
@@ -54,7 +57,6 @@ class Layout:
         self,
         fmt: str,
         structural: list[int],
-        expected: tuple,
         slots: list[Slot],
         check_at: list[int],
         frame: np.ndarray,
@@ -65,8 +67,9 @@ class Layout:
         self.size = layout.size  # the whole frame
         self.length = self.size - FRAME_SIZE  # the payload
         self.structure = operator.itemgetter(*structural)
-        self.expected = expected
+        self.expected = self.structure(layout.unpack(frame.tobytes()))  # the sample's own
         self.slots = [tuple(slot) for slot in slots]  # unpacked fastest as plain tuples
+        self.steps = [_step(slot, alignment) for slot in self.slots]
         self.check_at = np.array(check_at, np.intp)
         self.check_bytes = frame[self.check_at]
         self.frame = frame
@@ -75,21 +78,33 @@ class Layout:
         self.value_bytes = self.size - len(self.check_at) - (FRAME_LENGTH_AT - FRAME_CRC_AT)
         self.crc_tables: Any = None  # crc_batch.Tables, made by the first batch that wants them
 
-    def decode(self, buf: Any, frame: int, crc: int) -> list | None:
-        """The record's values, or None when this record does not have this layout."""
+    def decode(self, buf: Any, frame: int, crc: int, typed: dict | None = None) -> list | None:
+        """The record's values, or None when this record does not have this layout.
+
+        ``typed`` (optional): a dict kept with ``buf`` (a whole mapping), which is filled
+        with one array per dtype viewing all of ``buf``; a tensor is then a slice of it,
+        cheaper to make than a new view of ``buf``.
+        """
         fields = self.unpack(buf, frame)
         if fields[_CRC_FIELD] != crc or self.structure(fields) != self.expected:
             return None
         values = []
-        for kind, index, at, detail in self.slots:
-            if kind == S_TENSOR:  # detail: dtype, shape, strides, nbytes, numel (None: strided)
-                dtype, shape, strides, nbytes, numel = detail
+        for kind, index, at, detail in self.steps:
+            if kind == S_TENSOR:  # detail: dtype, shape, strides, nbytes, numel, items
+                dtype, shape, strides, nbytes, numel, items = detail
                 if numel is None:  # a dim order
                     data = g.region(buf, frame + at, nbytes)
                     values.append(np.ndarray(shape, dtype, buffer=data, strides=strides))
+                    continue
+                if typed is not None and items:
+                    whole = typed.get(dtype)
+                    if whole is None:
+                        whole = typed[dtype] = np.frombuffer(buf, dtype, len(buf) // items)
+                    start = (frame + at) // items
+                    array = whole[start : start + numel]
                 else:
                     array = np.frombuffer(buf, dtype, numel, frame + at)
-                    values.append(array if len(shape) == 1 else array.reshape(shape))
+                values.append(array if shape is None else array.reshape(shape))
             elif kind == S_SCALAR:
                 values.append(fields[index])
             elif kind == S_TEXT:
@@ -109,8 +124,9 @@ class Layout:
 
     def decode_run(
         self, buf: Any, start: int, stride: int, count: int, crcs: np.ndarray
-    ) -> list[list | None]:
-        """The values of the ``count`` records whose frames start at ``start + k * stride``.
+    ) -> tuple[list[list | None], list[int]]:
+        """The values of the ``count`` records whose frames start at ``start + k * stride``,
+        and the positions of the Nones among them.
 
         The frames must lie inside ``buf``. ``crcs`` are the checksums the index gives them.
         A record that does not have this layout, or whose frame header disagrees with its
@@ -138,8 +154,11 @@ class Layout:
             elif kind in (S_TEXT, S_BYTES):
                 raw = column(f"V{detail}", at).tolist()
                 if kind == S_TEXT:
-                    raw = [_utf8_or_none(text) for text in raw]
-                    good &= np.array([text is not None for text in raw], bool)
+                    try:
+                        raw = [text.decode("utf-8") for text in raw]
+                    except UnicodeDecodeError:  # some record's: those are None
+                        raw = [_utf8_or_none(text) for text in raw]
+                        good &= np.array([text is not None for text in raw], bool)
                 columns.append(raw)
             elif kind == S_BOOL:
                 byte = column(np.uint8, at)
@@ -150,9 +169,23 @@ class Layout:
         records: list[list | None] = (
             [list(values) for values in zip(*columns)] if columns else [[] for _ in range(count)]
         )
-        for k in np.flatnonzero(~good).tolist():
+        bad = np.flatnonzero(~good).tolist()
+        for k in bad:
             records[k] = None
-        return records
+        return records, bad
+
+
+def _step(slot: tuple, alignment: int) -> tuple:
+    """A slot as ``decode`` uses it: a tensor's detail gets the itemsize by which its data
+    offset may be divided to index a whole-buffer array of its dtype (0: it may not, or it
+    is strided) and a shape of None for 1-D tensors (no reshape)."""
+    kind, index, at, detail = slot
+    if kind != S_TENSOR:
+        return slot
+    dtype, shape, strides, nbytes, numel = detail
+    items = dtype.itemsize if numel is not None and alignment % dtype.itemsize == 0 else 0
+    shape = None if numel is not None and len(shape) == 1 else shape
+    return kind, index, at, (dtype, shape, strides, nbytes, numel, items)
 
 
 def _utf8_or_none(data: bytes) -> str | None:
@@ -163,15 +196,20 @@ def _utf8_or_none(data: bytes) -> str | None:
 
 
 class Compiler:
-    """Collects a layout's struct fields while the value codecs step through a record."""
+    """Collects a layout's struct fields while the value codecs step through a record.
+
+    Consecutive structure fields after the frame header are unpacked as one bytes field:
+    ``structural`` lists the indices of the fields that every record of the layout repeats.
+    """
 
     def __init__(self, buf: Any, frame: int, length: int, alignment: int):
         self.buf, self.frame, self.alignment = buf, frame, alignment
         self.fmt = [FRAME.format]  # the frame header: magic, crc, length
-        self.structural, self.expected = [0, 2], [FRAME_MAGIC, length]  # all of it but the crc
+        self.structural = [0, 2]  # all of it but the crc
         self.check_at = [*range(0, FRAME_CRC_AT), *range(FRAME_LENGTH_AT, FRAME_SIZE)]
         self.pos = frame + FRAME_SIZE
-        self.n_fields = len(self.expected) + 1
+        self.n_fields = 3
+        self.run_at: int | None = None  # frame offset of the open run of structure bytes
 
     def field(self, code: str, is_structure: bool = True) -> tuple[int, int, Any]:
         """Read the field at ``pos`` (one struct code); (its index, frame offset, value).
@@ -179,17 +217,24 @@ class Compiler:
         at = self.pos - self.frame
         (value,) = struct.unpack_from("<" + code, self.buf, self.pos)
         size = struct.calcsize("<" + code)
-        if is_structure:
-            self.check_at.extend(range(at, at + size))
-            self.structural.append(self.n_fields)
-            self.expected.append(value)
-        self.fmt.append(code)
         self.pos += size
-        self.n_fields += 1
+        if not is_structure:
+            self.run_at = None
+            self.fmt.append(code)
+            self.n_fields += 1
+            return self.n_fields - 1, at, value
+        self.check_at.extend(range(at, at + size))
+        if self.run_at is None:  # a new run of structure bytes
+            self.run_at = at
+            self.structural.append(self.n_fields)
+            self.fmt.append("")
+            self.n_fields += 1
+        self.fmt[-1] = f"{at + size - self.run_at}s"
         return self.n_fields - 1, at, value
 
     def skip(self, n: int) -> None:
         """Bytes of a value the layout does not unpack (tensor data)."""
+        self.run_at = None
         self.fmt.append(f"{n}x")
         self.pos += n
 
@@ -209,6 +254,4 @@ def compile_layout(buf: Any, frame: int, length: int, alignment: int) -> Layout 
     if c.pos != frame + FRAME_SIZE + length:
         return None
     sample = np.frombuffer(bytes(buf[frame : c.pos]), np.uint8)
-    return Layout(
-        "".join(c.fmt), c.structural, tuple(c.expected), slots, c.check_at, sample, alignment
-    )
+    return Layout("".join(c.fmt), c.structural, slots, c.check_at, sample, alignment)

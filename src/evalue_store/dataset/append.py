@@ -31,6 +31,7 @@ from ..container import (
 from ..errors import ClosedError
 from ..metadata import encode_metadata
 from .columns import append_columns
+from .rows import extend_rows
 
 MERGE_FANOUT = 4  # merge the newest index segments when this many share a level
 
@@ -168,9 +169,11 @@ class Appending:
 
     @serialized
     def extend(self, records: Iterable[Sequence[Any]]) -> None:
-        """Append every record of an iterable."""
-        for record in records:
-            self.append(record)
+        """Append every record of an iterable, as ``append`` would one by one. Runs of
+        records of one structure are encoded together (``evalue_store.dataset.rows``), so
+        the iterable is read up to a batch ahead of what has been written when an error
+        stops it."""
+        extend_rows(self, records)
 
     @serialized
     def extend_columns(self, columns: Mapping[Any, Any]) -> range:

@@ -1,8 +1,8 @@
 """Columnar writes (``Writer.extend_columns``): N records given field by field.
 
-The layers: ``Column`` (a user's column) -> ``encode_columns`` (all N frames, from the
-first record's layout) or ``encode_rows`` -> ``append_columns`` (written as ``append``
-writes, all or nothing).
+The layers: ``Column`` (a user's column) -> ``column_layout`` (the first record's layout,
+and each column's bytes for it) or ``encode_rows`` -> ``append_columns`` (frames built
+CHUNK_BYTES at a time and written as ``append`` writes, all or nothing).
 
 A column is one field's values for all N records:
 
@@ -14,8 +14,9 @@ A column is one field's values for all N records:
 
 The records are exactly those ``append`` would write, row by row (the file is byte for
 byte the same). When every record has the first record's layout (codec.layout: tensors of
-one dtype and shape, strings of one encoded length...) all N frames are built at once in
-one numpy buffer (codec.batch.encode_batch); otherwise each record is encoded on its own.
+one dtype and shape, strings of one encoded length...) their frames are built many at a
+time in one numpy buffer (codec.batch.encode_batch); otherwise each record is encoded on
+its own.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from ..errors import EncodeError
 from ..values import INT64_MAX, Kind, Typed, _is_torch_tensor, as_array
 
 _SCALAR_KINDS = {"i": int, "u": int, "f": float, "b": bool}
+CHUNK_BYTES = 4 << 20  # frames built and written at a time (they stay in the CPU's cache)
 
 
 class Column:
@@ -144,11 +146,9 @@ def columns_of(columns: Mapping[Any, Any]) -> tuple[Any, int]:
     return record, counts.pop()
 
 
-def encode_columns(
-    columns: list[Column], count: int, alignment: int, checksum: Any
-) -> tuple[np.ndarray, int, np.ndarray] | None:
-    """All ``count`` records at once: (frames [count, stride] uint8, payload length,
-    checksums), or None when they do not share the first record's layout."""
+def column_layout(columns: list[Column], alignment: int, checksum: Any) -> tuple[Any, list] | None:
+    """The first record's layout and each column's bytes for it ([N, width] uint8, None
+    for a value without bytes), or None when the records do not all share that layout."""
     chunks, length, _ = encode_record([c.row(0) for c in columns], alignment, checksum)
     frame = b"".join(bytes(memoryview(chunk).cast("B")) for chunk in chunks)
     layout = compile_layout(memoryview(frame), 0, length, alignment)
@@ -160,13 +160,23 @@ def encode_columns(
         if block is None:
             return None
         blocks.append(None if block is _NO_BYTES else block)
-    frames, crcs = encode_batch(layout, blocks, count, alignment, checksum)
-    return frames, length, crcs
+    return layout, blocks
 
 
 def encode_rows(columns: list[Column], count: int, alignment: int, checksum: Any = None) -> list:
     """Each record on its own: [(chunks, payload length, checksum)] in order."""
     return [encode_record([c.row(k) for c in columns], alignment, checksum) for k in range(count)]
+
+
+def _write_frames(sink: Any, view: memoryview, count: int, size: int, stride: int) -> None:
+    """``count`` frames of ``size`` bytes (``stride`` with their padding), end to end."""
+    write_blocks = getattr(sink, "write_blocks", None)
+    if write_blocks is not None:
+        write_blocks(view, count, stride, size)
+        return
+    for at in range(0, count * stride, stride):  # the frame layer places each record's block
+        sink.begin_block(size)
+        sink.write(view[at : at + stride], stride)
 
 
 def append_columns(writer: Any, columns: Mapping[Any, Any]) -> range:
@@ -176,7 +186,7 @@ def append_columns(writer: Any, columns: Mapping[Any, Any]) -> range:
     first = len(writer)
     if count == 0:
         return range(first, first)
-    built = encode_columns(ordered, count, writer.alignment, writer._checksum)
+    built = column_layout(ordered, writer.alignment, writer._checksum)
     rows = None
     if built is None:  # each record encoded on its own, before anything is written
         rows = encode_rows(ordered, count, writer.alignment, writer._checksum)
@@ -185,21 +195,20 @@ def append_columns(writer: Any, columns: Mapping[Any, Any]) -> range:
     pending = len(writer._pending)
     try:
         if built is not None:
-            frames, length, crcs = built
-            size, stride = FRAME_SIZE + length, frames.shape[1]
-            view = memoryview(frames.reshape(-1))
-            write_blocks = getattr(sink, "write_blocks", None)
-            if write_blocks is not None:
-                write_blocks(view, count, stride, size)
-            else:  # the frame layer places each record's block
-                for at in range(0, count * stride, stride):
-                    sink.begin_block(size)
-                    sink.write(view[at : at + stride], stride)
-            entries = np.zeros(count, ENTRY_DTYPE)
-            entries["offset"] = np.arange(offset, offset + count * stride, stride)
-            entries["length"] = length
-            entries["crc"] = crcs
-            writer._pending += entries.tobytes()
+            layout, blocks = built
+            stride = -(-layout.size // writer.alignment) * writer.alignment
+            step = max(1, CHUNK_BYTES // stride)
+            for lo in range(0, count, step):
+                n = min(step, count - lo)
+                part = [None if b is None else b[lo : lo + n] for b in blocks]
+                frames, crcs = encode_batch(layout, part, n, writer.alignment, writer._checksum)
+                _write_frames(sink, memoryview(frames.reshape(-1)), n, layout.size, stride)
+                entries = np.zeros(n, ENTRY_DTYPE)
+                at = offset + lo * stride
+                entries["offset"] = np.arange(at, at + n * stride, stride)
+                entries["length"] = layout.length
+                entries["crc"] = crcs
+                writer._pending += entries.tobytes()
         else:
             for chunks, length, crc in rows:
                 at = sink.pos

@@ -86,8 +86,11 @@ def _is_sequence(index: Any) -> bool:
 
 
 def many(indices: Any, n: int) -> np.ndarray:
-    """Positions in [0, n) (int64, 1-D) of a sequence, array or tensor of integers, or of a
-    boolean mask of n values."""
+    """Positions in [0, n) (int64, 1-D) of a slice, a sequence, array or tensor of
+    integers, or a boolean mask of n values: what ``normalize`` takes for several records."""
+    if isinstance(indices, slice):
+        where = normalize(indices, n)
+        return np.arange(where.start, where.stop, where.step, dtype=np.int64)
     if type(indices) is np.ndarray and indices.ndim == 1 and indices.dtype.kind in "iu":
         if not indices.size:
             return np.zeros(0, np.int64)

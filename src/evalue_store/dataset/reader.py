@@ -11,8 +11,8 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-from ..container import Commit, Header
-from ..errors import CHECKSUM, ClosedError, FormatError
+from ..container import FRAME_SIZE, Commit, Header
+from ..errors import CHANGED, CHECKSUM, ClosedError, FormatError
 from ..metadata import parse_metadata
 from ..physical import open_file, reopen_name
 from ..physical.zstd import DEFAULT_CACHE_BYTES, MAX_FRAME_SIZE
@@ -56,6 +56,8 @@ class Dataset(Records):
         self.storage_options = storage_options
         self.cache_dir = None if cache_dir is None else os.fspath(cache_dir)
         self._source: Any = None
+        self._closed_by_pickle = False  # a copy opens on first use...
+        self._pinned: tuple[bytes, int] | None = None  # ...and must find this there
         self._load()
         if as_dict:
             try:
@@ -110,8 +112,26 @@ class Dataset(Records):
         self._layouts: dict[int, Any] = {}  # payload length -> Layout (or None: not compiled)
         self._lengths_seen: set[int] = set()
         self._names: tuple[str, ...] | None = None  # field names, once as_dict needed them
+        # What ``ds[i]`` reads a plain mapped file with, bound once (records.Records): the
+        # mapping, its arrays by dtype, where the index starts (-1: in several segments),
+        # the entry checks, the checksum and the layouts. None for any other source.
+        self._mapped = None
+        if source.mapped is not None and not source.compressed:
+            self._mapped = (
+                source.mapped,
+                getattr(source, "typed", None),
+                commit.segments[0].offset if len(commit.segments) == 1 else -1,
+                header.alignment - 1,
+                header.data_start,
+                commit.end - FRAME_SIZE,  # a frame at offset o has at most this - o bytes
+                self._crc_on_read,
+                self._checksum,
+                self._layouts,
+                self._len,
+            )
 
     def _close_source(self) -> None:
+        self._mapped = None
         if self._source is not None:
             self._source.close()
             self._source = None
@@ -129,11 +149,33 @@ class Dataset(Records):
 
     def _ensure_open(self) -> None:
         if self._source is None:
-            if getattr(self, "_closed_by_pickle", False):
+            if self._closed_by_pickle:
                 self._closed_by_pickle = False
                 self._load()
+                self._check_pinned()
             else:
                 raise ClosedError(f"{self.path}: dataset is closed")
+
+    def _check_pinned(self) -> None:
+        """A copy (a DataLoader worker's) reads the file its original read, or fails: the
+        same file, by its id, with at least the original's records (appends are fine: the
+        records before them are the same). A file or object replaced meanwhile is an
+        error every time, never its records."""
+        if self._pinned is None:
+            return
+        file_id, count = self._pinned
+        if self.header.file_id == file_id and self.commit.record_count >= count:
+            self._pinned = None
+            return
+        self._close_source()
+        self._closed_by_pickle = True
+        self._len = None
+        reason = (
+            "replaced since the dataset was pickled: another file is there now"
+            if self.header.file_id != file_id
+            else f"holds {self.commit.record_count} records, fewer than the {count} it had"
+        )
+        raise FormatError(reason, None, self.path, code=CHANGED)
 
     def __enter__(self) -> Dataset:
         return self
@@ -153,6 +195,10 @@ class Dataset(Records):
             "filesystem": self.filesystem,
             "storage_options": self.storage_options,
             "cache_dir": self.cache_dir,
+            # what the copy must find there: this file (its id), with at least these records
+            "pinned": self._pinned
+            if self._source is None and self._closed_by_pickle
+            else (self.header.file_id, self.commit.record_count),
         }
 
     def __setstate__(self, state: dict) -> None:
@@ -167,8 +213,9 @@ class Dataset(Records):
         self.filesystem = state.get("filesystem")
         self.storage_options = state.get("storage_options")
         self.cache_dir = state.get("cache_dir")
-        self._source = None
+        self._source = self._mapped = None
         self._closed_by_pickle = True
+        self._pinned = state.get("pinned")
         self._len = None
 
     # ------------------------------------------------------------------ properties

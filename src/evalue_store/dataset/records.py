@@ -25,6 +25,7 @@ from .batch import Batch, Out
 from .fields import to_dict
 from .indexing import Index
 
+ENTRY_UNPACK = ENTRY.unpack_from
 MAX_LAYOUTS = 1024  # record structures remembered per reader (bounded: lengths may all differ)
 SCAN_CHUNK = 512  # index entries a scan decodes at a time
 
@@ -115,8 +116,8 @@ class Records:
             raise exc.at(path=self.path, record=i, offset_in=self._offsets_in) from None
         return payload.toreadonly()
 
-    def _read(self, i: int, offset: int, length: int, crc: int) -> list:
-        """Record ``i`` given its index entry."""
+    def _read(self, i: int, offset: int, length: int, crc: int, checked: bool = False) -> list:
+        """Record ``i`` given its index entry (``checked``: its checksum was verified)."""
         align = self.header.alignment
         limit = self.max_record_bytes
         if (
@@ -131,7 +132,7 @@ class Records:
         except FormatError as exc:  # a compressed file's frames, a remote object
             raise exc.at(path=self.path, record=i) from None
         try:
-            if self._crc_on_read:
+            if self._crc_on_read and not checked:
                 payload = memoryview(buf)[pos + FRAME_SIZE : pos + FRAME_SIZE + length]
                 if self._checksum(payload) != crc:  # first: does the frame disagree with its entry?
                     head = bytes(buf[pos : pos + FRAME_SIZE])
@@ -169,6 +170,36 @@ class Records:
     def __getitem__(self, index: Index) -> Any:
         """One record for an integer; a list of records for a slice, an integer array or a
         boolean mask (numpy's rules, see ``evalue_store.dataset.indexing``)."""
+        mapped = self._mapped
+        if mapped is not None and type(index) is int:
+            # A plain mapped file: ``_record`` with its layers inlined (the per-record path).
+            # A record that fails a check, or has no layout yet, goes through ``_read``,
+            # which says what is wrong.
+            view, typed, first, mask, start, reach, crc_on, checksum, layouts, n = mapped
+            if -n <= index < n:
+                i = index + n if index < 0 else index
+                at = first + i * ENTRY_SIZE if first >= 0 else self._entry_at(i)
+                offset, length, crc, reserved = ENTRY_UNPACK(view, at)
+                limit = self.max_record_bytes
+                if (
+                    reserved
+                    or offset & mask
+                    or offset < start
+                    or length > reach - offset
+                    or (limit is not None and length > limit)
+                ):
+                    record = self._record(i)  # raises, saying which rule failed
+                elif (
+                    crc_on
+                    and checksum(view[offset + FRAME_SIZE : offset + FRAME_SIZE + length]) != crc
+                ):
+                    record = self._read(i, offset, length, crc)  # raises
+                else:
+                    layout = layouts.get(length)
+                    record = None if layout is None else layout.decode(view, offset, crc, typed)
+                    if record is None:
+                        record = self._read(i, offset, length, crc, checked=True)
+                return to_dict(record, self._dict_names()) if self.as_dict else record
         self._ensure_open()
         where = indexing.normalize(index, self._len)
         if isinstance(where, int):
@@ -270,7 +301,21 @@ class Records:
                 joined = (lengths[1:] == lengths[:-1]) & (offsets[1:] == offsets[:-1] + step[:-1])
                 bounds = [0, *(np.flatnonzero(~joined) + 1).tolist(), len(chunk)]
                 for a, b in zip(bounds[:-1], bounds[1:]):
-                    yield from self._scan_run(first + lo + a, chunk[a:b])
+                    i = first + lo + a
+                    while a < b and int(lengths[a]) not in self._layouts:  # how one is learned
+                        yield self._record(i)
+                        i, a = i + 1, a + 1
+                    run = self._scan_run(chunk[a:b]) if a < b else ([], [])
+                    if run is None:
+                        for j in range(i, i + b - a):
+                            yield self._record(j)
+                        continue
+                    records, bad = run
+                    if not bad:
+                        yield from records  # the common case
+                        continue
+                    for j, values in enumerate(records, i):
+                        yield values if values is not None else self._record(j)
             first += seg.count
 
     def _scan_by_chunks(self) -> Iterator[list]:
@@ -297,41 +342,36 @@ class Records:
                     yield self._record(i) if reserved else self._read(i, offset, length, crc)
             first += seg.count
 
-    def _scan_run(self, first: int, entries: np.ndarray) -> Iterator[list]:
-        """Records ``first``, ``first + 1``... of a run: the same payload length, and frames
-        laid end to end from the first entry's offset (unless the index is damaged: any
-        record the run decoder cannot vouch for is read by ``_record``, which reports it)."""
+    def _scan_run(self, entries: np.ndarray) -> tuple[list, list[int]] | None:
+        """The records of a run (one payload length whose layout is known, frames laid end to
+        end from the first entry's offset) decoded together, and the positions among them of
+        the ones to read by ``_record`` (None in the list): a record whose structure differs,
+        or whose checksum or frame header does not match. None if the run cannot be decoded
+        together (a damaged index: ``_record`` reports each record)."""
         offset, length, _, _ = entries[0].tolist()
         count = len(entries)
-        k = 0
-        while k < count and length not in self._layouts:  # how a layout is learned
-            yield self._record(first + k)
-            k += 1
-        if k == count:
-            return
         layout = self._layouts.get(length)
         align = self.header.alignment
         stride = (FRAME_SIZE + length + align - 1) // align * align
-        start = offset + k * stride
         if (
             layout is None
             or entries["reserved"].any()
             or offset % align
             or offset < self.header.data_start
-            or start + (count - 1 - k) * stride + FRAME_SIZE + length > self.commit.end
+            or offset + (count - 1) * stride + FRAME_SIZE + length > self.commit.end
         ):
-            for j in range(k, count):
-                yield self._record(first + j)
-            return
+            return None
         buf = self._source.mapped
-        crcs = entries["crc"][k:]
-        records = layout.decode_run(buf, start, stride, count - k, crcs)
+        crcs = entries["crc"]
+        records, bad = layout.decode_run(buf, offset, stride, count, crcs)
         if self._crc_on_read:
-            at = start + FRAME_SIZE
             checksum = self._checksum
-            for j, crc in enumerate(crcs.tolist()):
-                if checksum(buf[at : at + length]) != crc:
+            at = offset + FRAME_SIZE
+            sums = [checksum(buf[a : a + length]) for a in range(at, at + count * stride, stride)]
+            crcs = crcs.tolist()
+            if sums != crcs:
+                wrong = [j for j, (got, crc) in enumerate(zip(sums, crcs)) if got != crc]
+                for j in wrong:
                     records[j] = None
-                at += stride
-        for j, values in enumerate(records, k):
-            yield values if values is not None else self._record(first + j)
+                bad = sorted({*bad, *wrong})
+        return records, bad

@@ -163,14 +163,14 @@ def _history(ds: Any, report: VerifyReport) -> list[Commit]:
 
 
 def _padding(ds: Any, report: VerifyReport, commits: list[Commit]) -> None:
-    """Every byte between blocks must be zero (docs/FORMAT.md section 2). No checksum
-    covers these gaps and no read looks at them, so this is the only check they get."""
+    """Blocks must not overlap, and every byte between them must be zero (docs/FORMAT.md
+    §2). No checksum covers these gaps and no read looks at them, so this is the only check
+    they get."""
     blocks = [(0, ds.header.length)]
     for commit in commits:
         blocks.append((commit.footer_offset, commit.end))
         blocks += [(offset, offset + n) for offset, n, _, _ in _checksummed_blocks(commit)]
-    problem = bounded.padding_problem(ds._source.read, blocks, ds._segments)
-    report.problems += [problem] if problem else []
+    report.problems += bounded.layout_problems(ds._source.read, blocks, ds._segments)
 
 
 def _checksummed_blocks(commit: Commit) -> list[tuple[int, int, int, str]]:

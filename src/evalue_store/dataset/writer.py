@@ -40,7 +40,7 @@ from ..metadata import encode_metadata
 from ..physical import Restart, new_sink, open_for_append, remote
 from ..physical.salvage import Salvage, side_file
 from ..physical.zframe import DEFAULT_LEVEL
-from ..physical.zstd import DEFAULT_FRAME_SIZE, MAX_FRAME_SIZE
+from ..physical.zstd import DEFAULT_FRAME_SIZE, MAX_FRAME_SIZE, check_dictionary
 from .append import Appending, check_alignment, serialized
 from .fields import WriterFields
 
@@ -123,6 +123,8 @@ class Writer(WriterFields, Appending):
             )
         if dictionary is not None and compression != "zstd":
             raise ValueError("a dictionary needs compression='zstd'")
+        if dictionary is not None:
+            check_dictionary(dictionary)
         self._new_flags = version_flags(format_version or DEFAULT_VERSION)
         self.path = os.fspath(path)
         self.durable = durable

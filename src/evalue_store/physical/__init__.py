@@ -6,7 +6,8 @@
 crashed writer's frames. ``remote`` reads either variant from object storage
 (``remote_cache``: whole local copies); ``salvage`` is the tail recovery both share. Every
 variant gives readers a source (see ``plain`` for the protocol) and writers a sink; this
-module picks one, and everything above it works the same on either.
+module opens a file by its name or URL (``open_file``) and picks the variant, so that
+everything above it works the same on any of them.
 """
 
 from __future__ import annotations

@@ -110,6 +110,7 @@ class MmapSource(_PlainSource):
         # first make a memoryview of it (half the cost of a small tensor view).
         self.view = memoryview(self.map).toreadonly()
         self.mapped: memoryview | None = self.view
+        self.typed: dict = {}  # dtype -> an array of it over all of view (Layout.decode's)
 
     def read(self, offset: int, n: int) -> memoryview:
         return self.view[offset : offset + n]
@@ -125,6 +126,7 @@ class MmapSource(_PlainSource):
 
     def close(self) -> None:
         self.mapped = None
+        self.typed.clear()  # its arrays hold the view; the tensors sliced from them stay valid
         try:
             self.view.release()  # tensors hold views of their own
         except BufferError:

@@ -12,6 +12,7 @@ made the same way. Needs the ``remote`` extra (fsspec, and s3fs, gcsfs or adlfs.
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 import time
@@ -37,6 +38,15 @@ BACKOFF_S = 0.2  # first wait; doubles per retry
 THREADS = 16  # concurrent requests for filesystems without an async implementation
 # Errors that retrying cannot cure.
 PERMANENT = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)
+_ERRNO = dict(zip(PERMANENT, (errno.ENOENT, errno.EACCES, errno.EISDIR, errno.ENOTDIR)))
+
+
+def named(exc: OSError, url: str) -> OSError:
+    """A permanent error of the store as the local one would be: its kind, a reason and
+    the URL as its filename (fsspec's often hold only the URL, or nothing)."""
+    kind = next(k for k in PERMANENT if isinstance(exc, k))
+    code = exc.errno or _ERRNO[kind]
+    return kind(code, exc.strerror or os.strerror(code), url)
 
 
 def is_url(path: Any) -> bool:
@@ -87,7 +97,7 @@ def _retrying(call: Any, url: str, what: str) -> Any:
         try:
             return call()
         except PERMANENT as exc:
-            raise type(exc)(f"{url}: {exc}") from None
+            raise named(exc, url) from None
         except Exception as exc:  # network and server errors: every library has its own
             if attempt == RETRIES:
                 reason = f"{url}: {what} failed after {RETRIES + 1} tries: {exc!r}"
@@ -153,6 +163,11 @@ class RemoteReader:
                     continue
                 start, end = ranges[k]
                 if len(data) != end - start:
+                    if len(data) == self.size:  # a 200 with the whole body: no ranges here
+                        raise RemoteError(
+                            f"{self.name}: the server ignores Range (it sent all {self.size} "
+                            f"bytes for bytes {start}-{end}); ranged reads need one that honours it"
+                        )
                     self._changed(start, end, len(data))
                 out[k] = data
             if not failed:
@@ -207,7 +222,7 @@ class RemoteReader:
                 code=CHANGED,
             ) from exc
         if isinstance(exc, PERMANENT):
-            raise type(exc)(f"{self.name}: {exc}") from exc
+            raise named(exc, self.name) from exc
         if not final:
             return
         raise RemoteError(
@@ -406,7 +421,7 @@ class RemoteSource(_PlainSource):
         for data, (start, n), place in zip(got, plan.spans, plan.places):
             if len(data) != n:
                 reason = f"file ends early: wanted {n} bytes"
-                raise FormatError(reason, start + len(data), self.name)
+                raise FormatError(reason, start + len(data), self.name, code=TRUNCATED)
             buf[place : place + n] = data
 
     def chunks(self) -> Any:

@@ -120,6 +120,25 @@ def died_before_first_commit(fd: int, size: int) -> bytes | None:
     return legacy.restart_dictionary(reader, layout_end, dictionary)
 
 
+def check_dictionary(dictionary: Any) -> None:
+    """Refuse, before a file is touched, a dictionary a reader would refuse (larger than
+    MAX_DICT_SIZE, docs/FRAMES.md) or that zstd cannot use: its records would be written
+    into a file no reader opens, or not at all."""
+    if not isinstance(dictionary, (bytes, bytearray, memoryview)):
+        raise ValueError(f"dictionary must be bytes, not {type(dictionary).__name__}")
+    size = memoryview(dictionary).nbytes
+    if size > MAX_DICT_SIZE:
+        raise ValueError(f"dictionary of {size} bytes, over the {MAX_DICT_SIZE} readers accept")
+    if not size:
+        return
+    try:
+        data = zstandard.ZstdCompressionDict(bytes(dictionary))
+        sample = zstandard.ZstdCompressor(dict_data=data).compress(b"evalue_store")
+        zstandard.ZstdDecompressor(dict_data=data).decompress(sample)
+    except zstandard.ZstdError as exc:
+        raise ValueError(f"zstd cannot use this dictionary: {exc}") from None
+
+
 def train_dictionary(records: Any, size: int = 64 << 10, alignment: int = 64) -> bytes:
     """Train a zstd dictionary on sample records (lists of values), for ``Writer(dictionary=)``.
 

@@ -120,8 +120,13 @@ def read_layout(reader: Any) -> tuple[int, bytes | None]:
         raise FormatError(
             f"layout version {version} flags {flags:#x} not supported", 12, code=UNSUPPORTED
         )
-    if dict_size > MAX_DICT_SIZE or size != LAYOUT_HEAD.size + dict_size:
-        raise FormatError(f"layout frame claims a {dict_size}-byte dictionary", 16, code=LAYOUT)
+    if dict_size > MAX_DICT_SIZE:
+        reason = f"layout frame claims a {dict_size}-byte dictionary, over {MAX_DICT_SIZE}"
+        raise FormatError(reason, 16, code=LAYOUT)
+    if size != LAYOUT_HEAD.size + dict_size:
+        reason = f"layout frame: Frame_Size {size} is not {LAYOUT_HEAD.size} + Dictionary_Size"
+        reason += f" {dict_size}"
+        raise FormatError(reason, 4, code=LAYOUT)
     end = SKIPPABLE_HEADER_SIZE + size
     if end > reader.size:
         raise FormatError("file ends inside its layout frame", 0, code=TRUNCATED)

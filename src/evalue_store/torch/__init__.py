@@ -32,6 +32,7 @@ import torch.distributed as dist
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
 from ..dataset import batch, indexing
+from ..dataset.reader import Dataset as FileDataset
 from ..shards import ShardedDataset, Source, open_shards
 from .batching import BatchSamples, Columns, Padded, as_torch, as_torch_record, collate
 
@@ -50,17 +51,37 @@ FETCH = 64  # records read per get_many in the iterable dataset
 
 
 def _open(
-    source: Source | ShardedDataset, backend: str, verify: bool, as_dict: bool
+    source: Source | ShardedDataset | FileDataset,
+    backend: str,
+    verify: bool,
+    as_dict: bool | None,
 ) -> ShardedDataset:
+    """The shards of ``source``. An open ShardedDataset is used as it is, an open Dataset
+    stands for its file (reopened, as a worker would); their ``as_dict`` is the default,
+    which an explicit ``as_dict`` may repeat (a ShardedDataset's) but not contradict."""
     if isinstance(source, ShardedDataset):
-        if as_dict != source.open_options.get("as_dict", False):
-            raise ValueError("pass as_dict to open_shards for a ShardedDataset source")
+        own = source.open_options.get("as_dict", False)
+        if as_dict is not None and as_dict != own:
+            raise ValueError(
+                f"as_dict={as_dict} contradicts the ShardedDataset's as_dict={own}: "
+                "open_shards decides it for a ShardedDataset source"
+            )
         return source
-    return open_shards(source, backend=backend, verify=verify, as_dict=as_dict)
+    if isinstance(source, FileDataset):
+        return open_shards(
+            source.path,
+            backend=backend,
+            verify=verify,
+            as_dict=source.as_dict if as_dict is None else as_dict,
+            filesystem=source.filesystem,
+            storage_options=source.storage_options,
+        )
+    return open_shards(source, backend=backend, verify=verify, as_dict=bool(as_dict))
 
 
 class EValueDataset(Dataset):
-    """Map-style dataset over one or many container files (any ``open_shards`` source).
+    """Map-style dataset over one or many container files (any ``open_shards`` source, or
+    an open ShardedDataset or Dataset, whose ``as_dict`` is then the default).
 
     ``ds[i]`` is the record as a list (a dict by field names with ``as_dict=True``), tensors
     as ``torch.Tensor``, then ``transform(record)`` if given. ``__getitems__`` lets
@@ -70,12 +91,12 @@ class EValueDataset(Dataset):
 
     def __init__(
         self,
-        source: Source | ShardedDataset,
+        source: Source | ShardedDataset | FileDataset,
         transform: Callable[[Any], Any] | None = None,
         *,
         backend: str = "mmap",
         verify: bool = True,
-        as_dict: bool = False,
+        as_dict: bool | None = None,
     ):
         self.data = _open(source, backend, verify, as_dict)
         self.transform = transform
@@ -170,7 +191,7 @@ class ShardedIterableDataset(IterableDataset):
 
     def __init__(
         self,
-        source: Source | ShardedDataset,
+        source: Source | ShardedDataset | FileDataset,
         *,
         shuffle: bool = True,
         seed: int = 0,
@@ -182,7 +203,7 @@ class ShardedIterableDataset(IterableDataset):
         transform: Callable[[Any], Any] | None = None,
         backend: str = "mmap",
         verify: bool = True,
-        as_dict: bool = False,
+        as_dict: bool | None = None,
     ):
         if batch_size < 1 or shuffle_buffer < 0:
             raise ValueError("batch_size must be positive and shuffle_buffer non-negative")
