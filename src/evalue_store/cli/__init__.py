@@ -70,6 +70,16 @@ def main(argv: list[str] | None = None) -> int:
         return 128 + (signal.SIGTERM if terminated else signal.SIGINT)
 
 
+def script() -> int:
+    """The ``evalue-store`` program: ``main``, then the interpreter's exit with SIGINT and
+    SIGTERM ignored. The run is over and reported by then; a signal landing in an exit
+    handler (tqdm registers one) would print a traceback over a finished run."""
+    code = main()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    return code
+
+
 def run_command(argv: list[str] | None) -> int:
     parser = build_parser(GROUPS)
     args, extra = parser.parse_known_args(argv)
