@@ -145,6 +145,8 @@ def _entries_at(ds: Any, positions: np.ndarray) -> np.ndarray | None:
                 source.mapped, ds._segments[k], positions[mine] - ds._starts[k]
             )
         return entries
+    if not hasattr(source, "gather"):
+        return None
     firsts = np.array([seg.offset for seg in ds._segments], np.int64)
     starts = np.asarray(ds._starts, np.int64)
     at = firsts[which] + (positions - starts[which]) * ENTRY_SIZE
@@ -211,6 +213,8 @@ def _by_layout(ds: Any, positions: np.ndarray, alloc: Allocator) -> list | None:
     source = ds._source
     if source.mapped is not None:
         buf, frames = source.mapped, offsets
+    elif not hasattr(source, "gather"):  # (a layout-1 compressed file): record by record
+        return None
     elif int(lengths.sum()) + FRAME_SIZE * len(lengths) > GATHER_BYTES:
         return None
     else:
