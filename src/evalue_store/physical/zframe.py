@@ -80,17 +80,28 @@ def new_decompressor(
     return zstandard.ZstdDecompressor(dict_data=dict_data)
 
 
-def gather_reads(
-    read: Any, offsets: np.ndarray, sizes: np.ndarray, alignment: int
-) -> tuple[memoryview, np.ndarray]:
-    """A batch of logical ranges read through ``read(offset, n)`` into one buffer, span by
-    span in file order (so each frame is decompressed once): the buffer and each range's
-    position in it. Both compressed sources' ``gather``."""
-    plan = Gather(offsets, sizes, alignment, 0)
-    out = aligned_empty(plan.size, 0, alignment)
-    for (start, n), place in zip(plan.spans, plan.places):
-        out[place : place + n] = read(start, n)
-    return memoryview(out).toreadonly(), plan.positions
+class LogicalReads:
+    """``read`` and ``gather`` of a compressed source, over its ``frame(offset, n)``."""
+
+    alignment: int
+
+    def frame(self, offset: int, n: int) -> tuple[Any, int]:
+        raise NotImplementedError
+
+    def read(self, offset: int, n: int) -> memoryview:
+        buf, pos = self.frame(offset, n)
+        return buf[pos : pos + n]
+
+    def gather(
+        self, offsets: np.ndarray, sizes: np.ndarray, *, index: bool = False
+    ) -> tuple[memoryview, np.ndarray]:
+        """A batch of logical ranges in one buffer, read span by span in file order (so
+        each frame is decompressed once): the buffer and each range's position in it."""
+        plan = Gather(offsets, sizes, self.alignment, 0)
+        out = aligned_empty(plan.size, 0, self.alignment)
+        for (start, n), place in zip(plan.spans, plan.places):
+            out[place : place + n] = self.read(start, n)
+        return memoryview(out).toreadonly(), plan.positions
 
 
 def aligned_empty(nbytes: int, logical_start: int = 0, alignment: int = 64) -> np.ndarray:

@@ -44,13 +44,13 @@ from .zframe import (
     SKIPPABLE_HEADER,
     FrameCutter,
     FrameError,
+    LogicalReads,
     aligned_bytes,
     aligned_empty,
     check_frame,
     decompress_small,
     frame_checksum,
     frame_extent,
-    gather_reads,
     new_compressor,
     new_decompressor,
 )
@@ -109,7 +109,7 @@ def last_seek_table(reader: Any, size: int, max_frame_size: int) -> SeekTable:
     return table
 
 
-class ZstdSource:
+class ZstdSource(LogicalReads):
     """Random access to the logical bytes of a layout-1 file, through a byte reader.
 
     Decompressed frames are kept in a small LRU cache (``cache_bytes``), so neighbouring
@@ -233,15 +233,6 @@ class ZstdSource:
                 out[pos - offset : pos - offset + take] = self._frame(k)[pos - f_start :][:take]
             pos += take
         return memoryview(out).toreadonly(), 0  # read-only like the cached frames
-
-    def read(self, offset: int, n: int) -> memoryview:
-        buf, pos = self.frame(offset, n)
-        return buf[pos : pos + n]
-
-    def gather(
-        self, offsets: np.ndarray, sizes: np.ndarray, *, index: bool = False
-    ) -> tuple[memoryview, np.ndarray]:
-        return gather_reads(self.read, offsets, sizes, self.alignment)
 
     def entry(self, at: int, i: int) -> tuple[int, int, int, int]:
         return ENTRY.unpack_from(*self.frame(at, ENTRY.size))

@@ -29,12 +29,12 @@ from ..errors import (
 )
 from .zframe import (
     FrameError,
+    LogicalReads,
     aligned_bytes,
     aligned_empty,
     check_frame,
     decompress_into,
     decompress_small,
-    gather_reads,
     new_decompressor,
 )
 from .zstd_layout import (
@@ -54,7 +54,7 @@ MAX_HINTS = 1 << 14  # records located but not yet read (a batch's lookups come 
 MAX_GROUPS = 1 << 16  # locator groups kept (16 locators each: 25 MiB at most)
 
 
-class ZstdSource:
+class ZstdSource(LogicalReads):
     """Random access to the logical bytes of a layout-2 file. Decompressed frames are kept
     in an LRU cache of ``cache_bytes``, keyed by their file offset; buffers are placed so
     that a logical offset that is a multiple of the alignment is an aligned address."""
@@ -216,15 +216,6 @@ class ZstdSource:
             lo, hi = max(start, offset), min(start + buf.nbytes, offset + n)
             out[lo - offset : hi - offset] = buf[lo - start : hi - start]
         return memoryview(out).toreadonly(), 0
-
-    def read(self, offset: int, n: int) -> memoryview:
-        buf, pos = self.frame(offset, n)
-        return buf[pos : pos + n]
-
-    def gather(
-        self, offsets: np.ndarray, sizes: np.ndarray, *, index: bool = False
-    ) -> tuple[memoryview, np.ndarray]:
-        return gather_reads(self.read, offsets, sizes, self.alignment)
 
     # ------------------------------------------------------------------ records
 
