@@ -68,6 +68,9 @@ def _disown_writers() -> None:
 os.register_at_fork(after_in_child=_disown_writers)
 
 
+KEPT_BY_APPEND = ("alignment", "format_version", "compression")  # a file's own, fixed
+
+
 class Writer(WriterFields, Appending):
     """Appends records to a container file; ``commit()`` makes them durable and visible.
 
@@ -111,8 +114,11 @@ class Writer(WriterFields, Appending):
     ):
         if mode not in ("w", "x", "a"):
             raise ValueError(f"mode must be 'w', 'x' or 'a', not {mode!r}")
-        self._asked = {"alignment": alignment, "format_version": format_version}
-        self._asked["compression"] = compression
+        asked = {
+            "alignment": alignment,
+            "format_version": format_version,
+            "compression": compression,
+        }
         alignment = DEFAULT_ALIGNMENT if alignment is None else alignment
         check_alignment(alignment)
         if compression not in (None, "zstd"):
@@ -166,7 +172,7 @@ class Writer(WriterFields, Appending):
             size = st.st_size
             if size:
                 self._open_existing(size, metadata is not None, alignment)
-                self._check_asked()
+                self._check_asked(asked)
             else:
                 self._create(alignment, compression, dictionary)
                 if self.durable:
@@ -259,20 +265,21 @@ class Writer(WriterFields, Appending):
         if state.found or self._commit.number == 0:
             self._commit_now()  # salvaged records become durable before anything new
 
-    def _check_asked(self) -> None:
-        """Mode "a" keeps the file's alignment, version and compression: an explicit option
-        that contradicts them is a mistake to report, not to ignore."""
+    def _check_asked(self, asked: dict[str, Any]) -> None:
+        """Mode "a" keeps the file's alignment, version and compression (KEPT_BY_APPEND):
+        an explicit option in ``asked`` that contradicts them is a mistake to report, not
+        to ignore."""
         compressed = "zstd" if self._sink.compressed else None
         have = {
             "alignment": self.alignment,
             "format_version": self.format_version,
             "compression": compressed,
         }
-        for name, asked in self._asked.items():
-            if asked is not None and asked != have[name]:
+        for name in KEPT_BY_APPEND:
+            if asked[name] is not None and asked[name] != have[name]:
                 raise ValueError(
                     f"{self.path} has {name}={have[name]!r}, and appending keeps it: "
-                    f"{name}={asked!r} cannot apply (leave it out, or write a new file)"
+                    f"{name}={asked[name]!r} cannot apply (leave it out, or write a new file)"
                 )
 
     def _use_flags(self, flags: int) -> None:

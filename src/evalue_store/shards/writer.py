@@ -9,7 +9,7 @@ from typing import Any
 
 from ..container import ENTRY_SIZE
 from ..dataset.fields import FIELDS_KEY, Fields
-from ..dataset.writer import Writer
+from ..dataset.writer import KEPT_BY_APPEND, Writer
 from ..errors import ClosedError
 from ..physical import remote
 from . import object_store
@@ -47,9 +47,6 @@ def shard_full(writer: Writer, max_records: int | None, max_bytes: int | None) -
     # tell() is the logical end, buffer included; each record adds an index entry at commit.
     size = writer.tell() + ENTRY_SIZE * n
     return max_bytes is not None and size >= max_bytes
-
-
-KEPT_BY_APPEND = ("alignment", "format_version", "compression")  # a file's own, fixed
 
 
 class ShardWriter:
