@@ -141,6 +141,7 @@ class Writer(WriterFields, Appending):
         self._fd = -1
         self._failed = ""  # why the writer cannot go on, after a write it could not undo
         self._inflight: Commit | None = None  # a commit whose footer write has begun
+        self._column_frames: tuple | None = None  # columns.append_columns' last layout, buffer
         self._mutex = threading.RLock()
         self._pid = os.getpid()
         self._foreign = False  # inherited by a forked child: never touch the file
