@@ -234,6 +234,7 @@ class Writer(WriterFields, Appending):
         info = f"evalue_store {__version__}"
         header = encode_header(alignment, self.file_id, time.time_ns(), info, self._new_flags)
         self._sink: Any = new_sink(self._fd, compression, dictionary, **self._zstd)
+        self._start_writeback()
         self._commit = empty_commit(len(header))
         self._sink.write(header, len(header))
         self._metadata_dirty = True
@@ -261,6 +262,7 @@ class Writer(WriterFields, Appending):
         if state.keep < size:
             os.ftruncate(self._fd, state.keep)
         self._sink = state.sink(self._fd, **self._zstd)
+        self._start_writeback()
         for offset, length, crc in state.found:
             self._pending += ENTRY.pack(offset, length, crc, 0)
         if state.found or self._commit.number == 0:
@@ -282,6 +284,12 @@ class Writer(WriterFields, Appending):
                     f"{self.path} has {name}={have[name]!r}, and appending keeps it: "
                     f"{name}={asked[name]!r} cannot apply (leave it out, or write a new file)"
                 )
+
+    def _start_writeback(self) -> None:
+        """A durable writer's plain sink starts the writeback of what it wrote as it goes
+        (PlainSink.writeback), so that a commit's fsync has less left to wait for."""
+        if not self._sink.compressed:
+            self._sink.writeback = self.durable
 
     def _use_flags(self, flags: int) -> None:
         self._checksum = checksum_function(flags)  # every checksum this writer computes
