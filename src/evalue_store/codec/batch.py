@@ -39,8 +39,10 @@ def encode_batch(layout: Layout, blocks: list, frames: np.ndarray, checksum: Any
     """
     count, stride = frames.shape
     for (_, _, at, _), block in zip(layout.slots, blocks):
-        if block is not None:
-            frames[:, at : at + block.shape[1]] = block
+        if block is not None and block.shape[1]:
+            # as one opaque item per record: one memcpy each, not a loop over its bytes
+            item = np.dtype((np.void, block.shape[1]))
+            frames[:, at : at + block.shape[1]].view(item)[:, 0] = block.view(item)[:, 0]
     flat = memoryview(frames.reshape(-1))
     length = layout.length
     payloads = range(FRAME_SIZE, count * stride, stride)  # where each payload starts
