@@ -55,8 +55,11 @@ def _disown_writers() -> None:
     using one would interleave the two processes' bytes. They refuse to, and closing or
     collecting them leaves the parent's file alone. The child's copy of the descriptor is
     closed at once: the lock goes only with the last descriptor of the open file, so a child
-    that keeps it would hold the file locked after the parent closed its writer."""
+    that keeps it would hold the file locked after the parent closed its writer. Each gets a
+    new mutex: the copy may be held by a parent's thread that the child does not have (one
+    that was appending when another forked), and every call would wait for it forever."""
     for writer in list(_LIVE_WRITERS):
+        writer._mutex = threading.RLock()
         writer._foreign = True
         writer._release()
         writer._failed = (
