@@ -331,19 +331,22 @@ def test_a_batch_written_behind_that_fails_appends_nothing(
         assert len(ds) == 15 and ds.verify().ok and ds.uncommitted_bytes == 0
 
 
-@pytest.mark.parametrize("at_write", [1, 3, 20])
+@pytest.mark.parametrize("at_write", [1, 3, 20, "last"])
 def test_an_interrupt_of_the_encoding_thread_appends_nothing(
     tmp_path, monkeypatch, small_batches, at_write
 ):
-    """SIGINT lands in the calling thread while the batches are being written behind it:
-    the writes under way end before the file is cut back, and nothing is appended."""
+    """SIGINT lands in the calling thread while the batches are being written behind it
+    (at the last one, the caller is waiting for the writes to end): the writes under way
+    end before the file is cut back, the interrupt is raised, and nothing is appended."""
     path = tmp_path / "sigint.evs"
     real = plain.pwrite_all
-    calls = {"n": 0}
+    calls = {"n": 0, "batches": 0}
 
     def pwrite_all(fd, data, offset):
         calls["n"] += 1
-        if calls["n"] == at_write:
+        calls["batches"] += len(data) == 12 * 1280
+        last = at_write == "last" and calls["batches"] == 58  # of 700 = 58 * 12 + 4 records
+        if calls["n"] == at_write or last:
             _thread.interrupt_main()  # raised in the caller at its next bytecode
             time.sleep(0.05)  # while this write is still under way
         return real(fd, data, offset)

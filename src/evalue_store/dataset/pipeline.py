@@ -58,20 +58,24 @@ class WriteBehind:
             raise self._error
 
     def cancel(self) -> None:
-        """Skip the writes not yet begun and wait for the one under way to return. A
-        second interrupt does not cut this wait short: the caller cuts the file back next,
-        which must come after the thread's last write."""
+        """Skip the writes not yet begun and wait for the one under way to return."""
         self._stop = True
         self._jobs.put(None)
         self._join()
 
     def _join(self) -> None:
+        """Wait for the thread to end. An interrupt does not cut the wait short (the caller
+        may cut the file back next, which must come after the thread's last write, at most
+        one batch away): it is raised once the thread has ended."""
+        interrupted: BaseException | None = None
         while True:
             try:
                 self._thread.join()
-                return
-            except BaseException:  # noqa: S112 - a signal: the wait is one write at most
-                continue
+                break
+            except BaseException as exc:
+                interrupted = interrupted or exc
+        if interrupted is not None:
+            raise interrupted
 
     def _run(self) -> None:
         while (job := self._jobs.get()) is not None:
