@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from ..checksums import checksum_ranges
 from ..container import FRAME_CRC_AT, FRAME_SIZE
 from .layout import Layout
 
@@ -35,9 +36,7 @@ def encode_batch(
     for (_, _, at, _), block in zip(layout.slots, blocks):
         if block is not None:
             frames[:, at : at + block.shape[1]] = block
-    flat = memoryview(frames.reshape(-1))
-    length = layout.length
-    payloads = range(FRAME_SIZE, count * stride, stride)  # where each payload starts
-    crcs = np.array([checksum(flat[at : at + length]) for at in payloads], "<u4")
+    payloads = np.arange(FRAME_SIZE, count * stride, stride, dtype=np.int64)  # their starts
+    crcs = checksum_ranges(checksum, frames, payloads, layout.length)
     frames[:, FRAME_CRC_AT : FRAME_CRC_AT + 4] = crcs.view(np.uint8).reshape(count, 4)
     return frames, crcs

@@ -17,6 +17,7 @@ import numpy as np
 
 from .. import bounded
 from ..bounded import SHADOWED
+from ..checksums import checksum_ranges
 from ..codec import compile_layout, decode_payload
 from ..container import ENTRY, ENTRY_DTYPE, ENTRY_SIZE, FRAME_SIZE, check_frame
 from ..errors import CHECKSUM, INDEX, LIMIT, OUT_OF_BOUNDS, ClosedError, FormatError
@@ -28,6 +29,7 @@ from .indexing import Index
 ENTRY_UNPACK = ENTRY.unpack_from
 MAX_LAYOUTS = 1024  # record structures remembered per reader (bounded: lengths may all differ)
 SCAN_CHUNK = 512  # index entries a scan decodes at a time
+CHECK_CHUNK = 256  # records get_many and verify checksum in one call (then decode, in cache)
 
 
 class Records:
@@ -246,12 +248,37 @@ class Records:
             pin([(o, FRAME_SIZE + n) for o, n, _ in entries if self._plausible(o, n)])
         result: list = [None] * len(wanted)
         try:
-            for (i, k), entry in zip(wanted, entries):
-                result[k] = self._read(i, *entry)
+            for lo in range(0, len(wanted), CHECK_CHUNK):  # checksummed a chunk at a time
+                chunk = entries[lo : lo + CHECK_CHUNK]
+                checked = self._checked(np.array(chunk, np.uint64).reshape(-1, 3).T).tolist()
+                for (i, k), entry, ok in zip(wanted[lo : lo + CHECK_CHUNK], chunk, checked):
+                    result[k] = self._read(i, *entry, checked=ok)
         finally:
             if pin is not None:
                 self._source.unpin()
         return result
+
+    def _checked(self, fields: np.ndarray) -> np.ndarray:
+        """Which records of index entry ``fields`` ([offsets, lengths, crcs], uint64) have a
+        payload matching its checksum, computed in one call where the file is mapped, so
+        that ``_read(..., checked=True)`` skips the check. False where unknown (not mapped,
+        checksums off, an extent outside the commit or over the limit): ``_read`` checks
+        those itself and says what is wrong."""
+        offsets, lengths, crcs = fields
+        checked = np.zeros(len(offsets), bool)
+        buf = self._source.mapped
+        if buf is None or not self._crc_on_read or not len(offsets):
+            return checked
+        room = self.commit.end - FRAME_SIZE
+        limit = self.max_record_bytes
+        inside = (offsets >= self.header.data_start) & (lengths <= room)
+        inside &= offsets <= np.where(inside, room - lengths, 0)  # (no wrap-around)
+        if limit is not None:
+            inside &= lengths <= limit
+        starts = offsets[inside].astype(np.int64) + FRAME_SIZE
+        sums = checksum_ranges(self._checksum, buf, starts, lengths[inside].astype(np.int64))
+        checked[inside] = sums == crcs[inside]
+        return checked
 
     def _plausible(self, offset: int, length: int) -> bool:
         """An entry whose frame lies within the commit and the record limit (worth fetching
@@ -365,12 +392,11 @@ class Records:
         crcs = entries["crc"]
         records, bad = layout.decode_run(buf, offset, stride, count, crcs)
         if self._crc_on_read:
-            checksum = self._checksum
             at = offset + FRAME_SIZE
-            sums = [checksum(buf[a : a + length]) for a in range(at, at + count * stride, stride)]
-            crcs = crcs.tolist()
-            if sums != crcs:
-                wrong = [j for j, (got, crc) in enumerate(zip(sums, crcs)) if got != crc]
+            starts = np.arange(at, at + count * stride, stride, dtype=np.int64)
+            sums = checksum_ranges(self._checksum, buf, starts, length)
+            if not (sums == crcs).all():
+                wrong = np.flatnonzero(sums != crcs).tolist()
                 for j in wrong:
                     records[j] = None
                 bad = sorted({*bad, *wrong})
