@@ -20,8 +20,13 @@ from evalue_store.checksums import checksum_ranges
 from evalue_store.container import crc32, crc32c
 
 REFERENCE = {"crc32": zlib.crc32, "crc32c": crc32c_package.crc32c}
-FUNCTIONS = [("crc32", {}), ("crc32c", {}), ("crc32c", {"hardware": False})]
-IDS = ["crc32", "crc32c", "crc32c-tables"]
+FUNCTIONS = [
+    ("crc32", {}),
+    ("crc32c", {}),
+    ("crc32", {"hardware": False}),
+    ("crc32c", {"hardware": False}),
+]
+IDS = ["crc32", "crc32c", "crc32-tables", "crc32c-tables"]
 rng = np.random.default_rng(13)
 DATA = rng.integers(0, 256, 1 << 20, dtype=np.uint8)
 
@@ -67,13 +72,15 @@ def test_edge_ranges(name, kw):
     assert empty.tolist() == [0, 0, 0]
 
 
-def test_the_table_path_is_the_one_asked_for():
-    """hardware=False must really run the tables: the same answers, and on a machine with
-    the instruction, a different code path (a bug in either would show as a mismatch)."""
-    starts = np.arange(0, 4096, 7, dtype=np.int64)
-    hard = _native.checksums(DATA, starts, 1000, "crc32c")
-    soft = _native.checksums(DATA, starts, 1000, "crc32c", hardware=False)
-    assert hard.tolist() == soft.tolist() == expected("crc32c", DATA, starts, 1000)
+@pytest.mark.parametrize("name", ["crc32", "crc32c"])
+def test_the_table_path_is_the_one_asked_for(name):
+    """hardware=False runs the portable tables, the default the CPU's instructions where it
+    has them (CRC-32C: SSE4.2 / ARMv8; CRC-32: PCLMULQDQ): both must give the reference."""
+    starts = np.arange(0, 40960, 7, dtype=np.int64)
+    for length in (63, 64, 65, 1000, 24576, 25000):
+        hard = _native.checksums(DATA, starts, length, name)
+        soft = _native.checksums(DATA, starts, length, name, hardware=False)
+        assert hard.tolist() == soft.tolist() == expected(name, DATA, starts, length)
     assert isinstance(_native.crc32c_hardware(), bool)
 
 

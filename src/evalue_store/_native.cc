@@ -20,7 +20,7 @@ namespace evs = evalue_store;
 namespace {
 
 PyObject* g_numpy_empty = nullptr;  // numpy.empty, for the result
-PyObject* g_uint32 = nullptr;       // "uint32"
+PyObject* g_uint32 = nullptr;       // numpy.dtype("uint32")
 
 // Ranges whose bytes add up to less than this are computed with the GIL held: releasing and
 // taking it back costs more than the work, and under contention can wait a switch interval.
@@ -105,7 +105,7 @@ PyObject* checksums(PyObject*, PyObject* args, PyObject* kwargs) {
   if (std::strcmp(function, "crc32c") == 0)
     fn = hardware ? evs::crc32c : evs::crc32c_portable;
   else if (std::strcmp(function, "crc32") == 0)
-    fn = evs::crc32;
+    fn = hardware ? evs::crc32 : evs::crc32_portable;
   else
     return PyErr_Format(PyExc_ValueError, "function must be 'crc32c' or 'crc32', not '%s'",
                         function);
@@ -189,7 +189,7 @@ PyMethodDef methods[] = {
      "int for every range, or an int64 array), as zlib.crc32 ('crc32') or crc32c.crc32c\n"
      "('crc32c') compute it. starts and lengths are int64 arrays; every range must lie\n"
      "inside the buffer (ValueError naming the first that does not). hardware=False\n"
-     "computes CRC-32C with the portable tables even where the CPU has an instruction."},
+     "computes with the portable tables even where the CPU has instructions (tests)."},
     {"crc32c_hardware", hardware, METH_NOARGS,
      "True when CRC-32C uses the CPU's instructions (SSE4.2 or ARMv8 CRC)."},
     {nullptr, nullptr, 0, nullptr}};
@@ -197,16 +197,27 @@ PyMethodDef methods[] = {
 int exec_module(PyObject*) {
   // Build the tables now, under the import lock, so that no thread (and no child forked
   // while another thread computes) ever waits on their one-time initialisation.
-  evs::crc32(nullptr, 0, 0);
-  evs::crc32c_portable(nullptr, 0, 0);
-  evs::crc32c_hardware();
+  static const uint8_t zeros[64] = {};
+  evs::crc32(zeros, sizeof zeros, 0);  // (64 bytes: the instruction path's check as well)
+  evs::crc32c(zeros, sizeof zeros, 0);
+  evs::crc32_portable(zeros, sizeof zeros, 0);
+  evs::crc32c_portable(zeros, sizeof zeros, 0);
   if (g_numpy_empty == nullptr) {
     PyObject* numpy = PyImport_ImportModule("numpy");
     if (numpy == nullptr) return -1;
     g_numpy_empty = PyObject_GetAttrString(numpy, "empty");
+    if (g_numpy_empty == nullptr) {
+      Py_DECREF(numpy);
+      return -1;
+    }
+    PyObject* dtype = PyObject_GetAttrString(numpy, "dtype");
+    if (dtype == nullptr) {
+      Py_DECREF(numpy);
+      return -1;
+    }
+    g_uint32 = PyObject_CallFunction(dtype, "s", "uint32");
+    Py_DECREF(dtype);
     Py_DECREF(numpy);
-    if (g_numpy_empty == nullptr) return -1;
-    g_uint32 = PyUnicode_InternFromString("uint32");
     if (g_uint32 == nullptr) return -1;
   }
   return 0;
