@@ -291,3 +291,48 @@ def test_no_export_survives_the_call():
     buf.append(0)  # BufferError if still exported
     assert starts.tolist() == [0, 10]
     assert got.tolist() == expected("crc32", DATA[:1000], starts, 10)
+
+
+SINGLE = [(_native.crc32c, crc32c_package.crc32c), (_native.crc32, zlib.crc32)]
+
+
+@pytest.mark.parametrize(("ours", "reference"), SINGLE, ids=["crc32c", "crc32"])
+def test_one_buffer_as_the_references_compute_it(ours, reference):
+    """The file's checksum function (container.crc32c / crc32): any bytes-like object,
+    continuing a running value as zlib.crc32 and crc32c.crc32c do (masked to 32 bits)."""
+    raw = DATA[:5000].tobytes()
+    for buf in (raw, bytearray(raw), memoryview(raw)[3:], DATA[:5000], b""):
+        assert ours(buf) == reference(buf)
+        assert ours(buf, 0x12345678) == reference(buf, 0x12345678)
+    assert ours(raw[:100], ours(raw[100:])) != ours(raw)  # (order matters)
+    assert ours(raw[100:], ours(raw[:100])) == ours(raw)
+    assert ours(raw, 2**32 + 5) == reference(raw, 5)
+    with pytest.raises(TypeError):
+        ours()
+    with pytest.raises(TypeError):
+        ours(raw, 0, 0)
+    with pytest.raises(TypeError, match="value must be an int"):
+        ours(raw, 1.0)
+    with pytest.raises(TypeError, match="data must be a bytes-like object, not str"):
+        ours("text")
+    with pytest.raises(ValueError, match="data must be C-contiguous"):
+        ours(DATA[:100:2])
+    assert crc32c is _native.crc32c and crc32 is _native.crc32
+
+
+def test_every_stream_length_of_long_buffers():
+    """CRC-32C runs eight streams of 2^k + 64 bytes (k = 7..20) while they fit, then one:
+    lengths around each switch, and a buffer long enough to loop at the longest."""
+    big = np.random.default_rng(5).integers(0, 256, (17 << 20) + 77, dtype=np.uint8)
+    lengths = {len(big), len(big) - 1, 8 * ((1 << 20) + 64) * 2 + 9}
+    for k in range(7, 21):
+        block = 8 * ((1 << k) + 64)
+        lengths |= {block - 1, block, block + 1, block + 8 * 64}
+    starts = np.array([0, 3], np.int64)
+    for length in sorted(lengths):
+        got = _native.checksums(big, starts, length - 3, "crc32c").tolist()
+        assert got == expected("crc32c", big, starts, length - 3), length
+        assert _native.crc32c(big[:length]) == crc32c_package.crc32c(big[:length]), length
+    for name in ("crc32", "crc32c"):
+        soft = _native.checksums(big, starts, len(big) - 3, name, hardware=False).tolist()
+        assert soft == expected(name, big, starts, len(big) - 3)

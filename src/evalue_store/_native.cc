@@ -179,6 +179,35 @@ PyObject* checksums(PyObject*, PyObject* args, PyObject* kwargs) {
   return result;
 }
 
+// crc32c(data, value=0) / crc32(data, value=0): one buffer, as crc32c.crc32c / zlib.crc32
+// take it (``value``: the CRC of the bytes before ``data``, masked to 32 bits).
+template <CrcFn fn>
+PyObject* one(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs < 1 || nargs > 2)
+    return PyErr_Format(PyExc_TypeError, "expected (data, value=0), got %zd arguments", nargs);
+  uint32_t value = 0;
+  if (nargs == 2) {
+    if (!PyLong_Check(args[1]))
+      return PyErr_Format(PyExc_TypeError, "value must be an int, not %.100s",
+                          Py_TYPE(args[1])->tp_name);
+    value = static_cast<uint32_t>(PyLong_AsUnsignedLongMask(args[1]));
+    if (PyErr_Occurred()) return nullptr;
+  }
+  View data;
+  if (!data.get(args[0], PyBUF_SIMPLE)) {
+    buffer_error(args[0], "data", "a bytes-like object");
+    return nullptr;
+  }
+  const size_t n = static_cast<size_t>(data.b.len);
+  if (data.b.len >= kReleaseGil) {
+    Py_BEGIN_ALLOW_THREADS value = fn(data.b.buf, n, value);
+    Py_END_ALLOW_THREADS
+  } else {
+    value = fn(data.b.buf, n, value);
+  }
+  return PyLong_FromUnsignedLong(value);
+}
+
 PyObject* hardware(PyObject*, PyObject*) { return PyBool_FromLong(evs::crc32c_hardware()); }
 
 PyMethodDef methods[] = {
@@ -190,6 +219,14 @@ PyMethodDef methods[] = {
      "('crc32c') compute it. starts and lengths are int64 arrays; every range must lie\n"
      "inside the buffer (ValueError naming the first that does not). hardware=False\n"
      "computes with the portable tables even where the CPU has instructions (tests)."},
+    {"crc32c", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(one<evs::crc32c>)),
+     METH_FASTCALL,
+     "crc32c(data, value=0) -> int: CRC-32C of a bytes-like object, continuing ``value``\n"
+     "(as crc32c.crc32c computes it)."},
+    {"crc32", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(one<evs::crc32>)),
+     METH_FASTCALL,
+     "crc32(data, value=0) -> int: zlib's CRC-32 of a bytes-like object, continuing\n"
+     "``value`` (as zlib.crc32 computes it)."},
     {"crc32c_hardware", hardware, METH_NOARGS,
      "True when CRC-32C uses the CPU's instructions (SSE4.2 or ARMv8 CRC)."},
     {nullptr, nullptr, 0, nullptr}};

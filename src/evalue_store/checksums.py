@@ -14,15 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from . import _native
 from .container import Checksum, crc32, crc32c
-
-try:
-    from . import _native
-except ImportError as exc:  # a source tree used without being built
-    raise ImportError(
-        "evalue_store._native is not built: install with `pip install -e .` (needs g++ and "
-        "the Python headers), or build in place with `python setup.py build_ext --inplace`"
-    ) from exc
 
 NAMES = {crc32: "crc32", crc32c: "crc32c"}  # a file's checksum function -> _native's name
 
