@@ -1,6 +1,6 @@
-"""The batch paths that checksum many records in one call (get_batch, get_many, the
-mapped scan, verify, extend_columns): every record still checked, in both checksum
-functions, and a bad one still named exactly as the per-record path names it."""
+"""The paths that checksum many records in one call (get_batch, the mapped scan,
+extend_columns), and get_many and verify beside them: every record still checked, in both
+checksum functions, and a bad one still named exactly as the per-record path names it."""
 
 from __future__ import annotations
 
@@ -8,9 +8,7 @@ import numpy as np
 import pytest
 
 import evalue_store as evs
-from evalue_store.checksums import checksum_ranges
 from evalue_store.container import FRAME_SIZE
-from evalue_store.dataset import records
 from evalue_store.errors import CHECKSUM
 
 N = 700  # more than one checksum chunk (256) and one scan chunk (512)
@@ -80,36 +78,6 @@ def test_a_bad_record_is_named_by_every_path(path, bad):
     with evs.open(path, verify=False) as ds:  # unchecked reads return the damaged record
         assert len(ds.get_many(range(N))) == N
         assert len(list(ds)) == N + 2
-
-
-def test_verify_checksums_many_entries_pointing_at_one_record_once(tmp_path, monkeypatch):
-    """An index whose entries all point at one record: verify checksums it once, and
-    refuses the others unread as shadowed, in the batch path as before it (the ranges
-    handed to the batch call are counted through a pass-through wrapper)."""
-    p = tmp_path / "one.evs"
-    with evs.Writer(p) as w:
-        w.extend_columns({0: np.zeros((300, 1 << 12), np.uint8)})
-    with evs.open(p) as ds:
-        first = ds.entries()[0]
-        at = ds._segments[0].offset
-    data = bytearray(p.read_bytes())
-    data[at : at + 300 * first.nbytes] = first.tobytes() * 300
-    p.write_bytes(bytes(data))
-    handed = []
-
-    def counted(checksum, buf, starts, lengths):
-        handed.append(int(np.broadcast_to(lengths, starts.shape).sum()))
-        return checksum_ranges(checksum, buf, starts, lengths)
-
-    monkeypatch.setattr(records, "checksum_ranges", counted)
-    with evs.open(p) as ds:
-        report = ds.verify()
-    length = int(first["length"])
-    assert report.bytes_checked == FRAME_SIZE + length
-    assert sum(handed) == length
-    assert [i for i, _ in report.bad_records] == list(range(1, 300))
-    assert all("starts before an earlier record" in why for _, why in report.bad_records)
-    assert any("checksum mismatch" in problem for problem in report.problems)  # the segment's
 
 
 def test_columnar_write_checksums_match_record_writes(tmp_path):

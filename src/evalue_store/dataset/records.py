@@ -29,7 +29,6 @@ from .indexing import Index
 ENTRY_UNPACK = ENTRY.unpack_from
 MAX_LAYOUTS = 1024  # record structures remembered per reader (bounded: lengths may all differ)
 SCAN_CHUNK = 512  # index entries a scan decodes at a time
-CHECK_CHUNK = 256  # records get_many and verify checksum in one call (then decode, in cache)
 
 
 class Records:
@@ -248,37 +247,12 @@ class Records:
             pin([(o, FRAME_SIZE + n) for o, n, _ in entries if self._plausible(o, n)])
         result: list = [None] * len(wanted)
         try:
-            for lo in range(0, len(wanted), CHECK_CHUNK):  # checksummed a chunk at a time
-                chunk = entries[lo : lo + CHECK_CHUNK]
-                checked = self._checked(np.array(chunk, np.uint64).reshape(-1, 3).T).tolist()
-                for (i, k), entry, ok in zip(wanted[lo : lo + CHECK_CHUNK], chunk, checked):
-                    result[k] = self._read(i, *entry, checked=ok)
+            for (i, k), entry in zip(wanted, entries):
+                result[k] = self._read(i, *entry)
         finally:
             if pin is not None:
                 self._source.unpin()
         return result
-
-    def _checked(self, fields: np.ndarray) -> np.ndarray:
-        """Which records of index entry ``fields`` ([offsets, lengths, crcs], uint64) have a
-        payload matching its checksum, computed in one call where the file is mapped, so
-        that ``_read(..., checked=True)`` skips the check. False where unknown (not mapped,
-        checksums off, an extent outside the commit or over the limit): ``_read`` checks
-        those itself and says what is wrong."""
-        offsets, lengths, crcs = fields
-        checked = np.zeros(len(offsets), bool)
-        buf = self._source.mapped
-        if buf is None or not self._crc_on_read or not len(offsets):
-            return checked
-        room = self.commit.end - FRAME_SIZE
-        limit = self.max_record_bytes
-        inside = (offsets >= self.header.data_start) & (lengths <= room)
-        inside &= offsets <= np.where(inside, room - lengths, 0)  # (no wrap-around)
-        if limit is not None:
-            inside &= lengths <= limit
-        starts = offsets[inside].astype(np.int64) + FRAME_SIZE
-        sums = checksum_ranges(self._checksum, buf, starts, lengths[inside].astype(np.int64))
-        checked[inside] = sums == crcs[inside]
-        return checked
 
     def _plausible(self, offset: int, length: int) -> bool:
         """An entry whose frame lies within the commit and the record limit (worth fetching

@@ -10,9 +10,8 @@ import numpy as np
 
 from .. import bounded
 from ..bounded import SHADOWED
-from ..container import ENTRY_DTYPE, ENTRY_SIZE, FRAME_SIZE, Commit, parse_footer_from
+from ..container import ENTRY_SIZE, FRAME_SIZE, Commit, parse_footer_from
 from ..errors import INDEX, FormatError
-from .records import CHECK_CHUNK
 
 MAX_LISTED = 1000  # bad records verify lists one by one (it counts the others)
 
@@ -80,39 +79,19 @@ def _piece(
     and the new reach (the end of the last good frame). A record starting before it is
     bad unread, so no byte is checked twice however the index points."""
     bad = []
-    for lo in range(0, len(entries), CHECK_CHUNK):
-        chunk = entries[lo : lo + CHECK_CHUNK]
-        checked = ds._checked(_disjoint(chunk, reach)).tolist()
-        for i, (offset, length, crc, reserved), ok in zip(
-            range(first + lo, first + lo + len(chunk)), chunk.tolist(), checked
-        ):
-            try:
-                if reserved:
-                    reason = "index entry has reserved bits set"
-                    raise FormatError(reason, offset, record=i, code=INDEX)
-                if offset < reach:
-                    raise FormatError(SHADOWED, offset, record=i, code=INDEX)
-                ds._read(i, offset, length, crc, checked=ok)
-                report.bytes_checked += FRAME_SIZE + length
-                reach = offset + FRAME_SIZE + length
-            except FormatError as exc:
-                bad.append((i, exc.detail))  # the record is named beside it
+    for i, (offset, length, crc, reserved) in enumerate(entries.tolist(), first):
+        try:
+            if reserved:
+                reason = "index entry has reserved bits set"
+                raise FormatError(reason, offset, record=i, code=INDEX)
+            if offset < reach:
+                raise FormatError(SHADOWED, offset, record=i, code=INDEX)
+            ds._read(i, offset, length, crc)
+            report.bytes_checked += FRAME_SIZE + length
+            reach = offset + FRAME_SIZE + length
+        except FormatError as exc:
+            bad.append((i, exc.detail))  # the record is named beside it
     return bad, reach
-
-
-def _disjoint(entries: np.ndarray, reach: int) -> np.ndarray:
-    """[offsets, lengths, crcs] (uint64) of ``entries`` for checksumming ahead, with the
-    length of every record that starts before an earlier one's frame ends (or ``reach``)
-    made impossible, so that it is not checksummed ahead: the ranges checksummed in one
-    call never overlap, and an index pointing many entries at one big record costs no
-    more than that record (its shadowed entries are then refused unread, as before)."""
-    offsets = entries["offset"].astype(np.uint64)
-    lengths = entries["length"].astype(np.uint64)
-    ends = offsets + np.uint64(FRAME_SIZE) + lengths  # (wraps only past any real file)
-    ends = np.where(ends < offsets, np.uint64(2**64 - 1), ends)
-    before = np.maximum.accumulate(np.concatenate([[np.uint64(reach)], ends]))[:-1]
-    lengths = np.where(offsets < before, np.uint64(2**64 - 1), lengths)
-    return np.stack([offsets, lengths, entries["crc"].astype(np.uint64)])
 
 
 def _by_record(
@@ -128,7 +107,7 @@ def _by_record(
         except FormatError:
             bad.append((i, f"index entry unreadable: {error.reason}"))
             continue
-        bad += _piece(ds, report, i, np.array([(offset, length, crc, reserved)], ENTRY_DTYPE), 0)[0]
+        bad += _piece(ds, report, i, np.array([(offset, length, crc, reserved)]), 0)[0]
     return bad
 
 
