@@ -127,7 +127,8 @@ def export_head_library() -> tuple[Path, str]:
     if not (target / "done").exists():
         target.mkdir(parents=True, exist_ok=True)
         archive = subprocess.run(
-            ["git", "archive", "--format=tar", commit, "src", "cpp", "setup.py"],
+            ["git", "archive", "--format=tar", commit, "src", "cpp", "setup.py", "pyproject.toml"]
+            + ["README.md", "MANIFEST.in"],
             cwd=repo,
             capture_output=True,
             check=True,
