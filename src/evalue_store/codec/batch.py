@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from ..checksums import checksum_ranges
 from ..container import FRAME_CRC_AT, FRAME_SIZE
 from .layout import Layout
 
@@ -43,9 +44,7 @@ def encode_batch(layout: Layout, blocks: list, frames: np.ndarray, checksum: Any
             # as one opaque item per record: one memcpy each, not a loop over its bytes
             item = np.dtype((np.void, block.shape[1]))
             frames[:, at : at + block.shape[1]].view(item)[:, 0] = block.view(item)[:, 0]
-    flat = memoryview(frames.reshape(-1))
-    length = layout.length
-    payloads = range(FRAME_SIZE, count * stride, stride)  # where each payload starts
-    crcs = np.array([checksum(flat[at : at + length]) for at in payloads], "<u4")
+    payloads = np.arange(FRAME_SIZE, count * stride, stride, dtype=np.int64)  # their starts
+    crcs = checksum_ranges(checksum, frames, payloads, layout.length)
     frames[:, FRAME_CRC_AT : FRAME_CRC_AT + 4] = crcs.view(np.uint8).reshape(count, 4)
     return crcs
