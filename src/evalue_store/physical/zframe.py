@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import array
 import struct
+import threading
 from typing import Any
 
 import numpy as np
@@ -81,9 +82,32 @@ def new_decompressor(
 
 
 class LogicalReads:
-    """``read`` and ``gather`` of a compressed source, over its ``frame(offset, n)``."""
+    """``read`` and ``gather`` of a compressed source, over its ``frame(offset, n)``, and
+    ``dctx``: the calling thread's decompressor. python-zstandard's decompressor is not
+    thread-safe (two threads decompressing with one corrupt its context: a crash, seen with
+    four threads reading one dataset), and a dataset may be read from any thread; each gets
+    its own, made on first use with the file's dictionary."""
 
     alignment: int
+    _local: threading.local
+
+    def _decode_with(self, dictionary: bytes | None) -> None:
+        """Decompress with ``dictionary``; zstandard.ZstdError if it cannot be used."""
+        self._dict_data = zstandard.ZstdCompressionDict(dictionary) if dictionary else None
+        self._local = threading.local()
+        self._local.dctx = new_decompressor(self._dict_data)
+
+    @property
+    def dctx(self) -> zstandard.ZstdDecompressor:
+        try:
+            return self._local.dctx
+        except AttributeError:
+            self._local.dctx = new_decompressor(self._dict_data)
+            return self._local.dctx
+
+    @dctx.setter
+    def dctx(self, dctx: zstandard.ZstdDecompressor) -> None:
+        self._local.dctx = dctx  # this thread's
 
     def frame(self, offset: int, n: int) -> tuple[Any, int]:
         raise NotImplementedError

@@ -42,7 +42,6 @@ from .zframe import (
     check_frame,
     decompress_into,
     decompress_small,
-    new_decompressor,
 )
 from .zstd_layout import (
     CRC_RESIDUE,
@@ -97,9 +96,8 @@ class ZstdSource(LogicalReads):
             )
             raise FormatError(reason, block.offset, code=LIMIT)
         self.block = block
-        dict_data = zstandard.ZstdCompressionDict(self.dictionary) if self.dictionary else None
         try:
-            self.dctx = new_decompressor(dict_data)
+            self._decode_with(self.dictionary)
         except zstandard.ZstdError as exc:
             raise FormatError(
                 f"layout frame holds no usable dictionary: {exc}", 16, code=DICTIONARY
@@ -361,7 +359,11 @@ class ZstdSource(LogicalReads):
             shift = (logical - position - raw.buffer_info()[0]) % self.alignment
             buf = memoryview(raw)[shift : shift + size]
             try:
-                buf[:] = self.dctx.decompress(data)  # exactly size bytes, or ValueError
+                dctx = self._local.dctx
+            except AttributeError:
+                dctx = self.dctx  # a thread's first read
+            try:
+                buf[:] = dctx.decompress(data)  # exactly size bytes, or ValueError
             except (ValueError, zstandard.ZstdError):
                 return None
             buf = buf.toreadonly()
