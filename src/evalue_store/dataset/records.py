@@ -219,7 +219,7 @@ class Records:
                 if found is None:
                     record = self._record(i)
                 else:
-                    buf, pos, offset, length, crc = found
+                    buf, pos, offset, length, crc, _, _ = found
                     limit = self.max_record_bytes
                     if (
                         offset % self.header.alignment

@@ -66,9 +66,9 @@ LOCATOR_AT = LOCATOR.unpack_from
 LOCATOR_SIZE = LOCATOR.size
 FRAME_AT = FRAME.unpack_from
 FRAME_SIZE = FRAME.size
-SMALL_HEAD = struct.Struct("<5sHHB").unpack_from  # magic and descriptor, content size, block
+SMALL_HEAD = struct.Struct("<5sHI").unpack_from  # magic, descriptor, content size, block header
 OWN_MAGIC = ZSTD_FRAME_MAGIC.to_bytes(4, "little") + bytes([OWN_DESCRIPTOR])
-BAD_HEAD = (b"", 0, 0, 0)
+BAD_HEAD = (b"", 0, 0)
 ZERO_BYTES = array.array("B", [0])
 
 
@@ -258,6 +258,12 @@ class ZstdSource(LogicalReads):
         read that follows). A locator that cannot be used (damaged, or a record of 4 GiB of
         frames) gives way to the container's index entry at ``at``, read through the frame
         map: a read is right or raises, as a read of the decompressed file would be."""
+        found = self.record_frame(i) if i < self.block.record_count else None
+        if found is not None:  # the common case, as ds[i] finds it
+            buf, position, logical, length, crc, phys, span = found
+            self._hint(logical, Extent(phys, logical - position, span))
+            self._hot = (logical, buf, position)
+            return logical, length, crc, 0
         try:
             located = self._locate(i)
         except FormatError:
@@ -308,10 +314,11 @@ class ZstdSource(LogicalReads):
         groups[first + g * GROUP] = data
         return data
 
-    def record_frame(self, i: int) -> tuple[memoryview, int, int, int, int] | None:
+    def record_frame(self, i: int) -> tuple[memoryview, int, int, int, int, int, int] | None:
         """Record ``i`` (0 <= i < record count) for a random read, found through its
         locator: (buffer, position of its frame header in it, logical offset, payload
-        length, crc), when the record lies within one data frame and every check of the
+        length, crc, file offset and span of its frame), when the record lies within one
+        data frame and every check of the
         frame layer passes (the caller checks the offset and length as FORMAT.md section 10
         says). None otherwise: the caller then goes the general way (``entry``, ``frame``),
         which reads any other record or says what is wrong. A cold read costs two bounded
@@ -321,7 +328,10 @@ class ZstdSource(LogicalReads):
         slot = (i - run.first) % GROUP
         group = self._groups.get(i - slot)
         if group is None:
-            group = self._read_group(run, i)
+            try:
+                group = self._read_group(run, i)
+            except FormatError:  # a remote object that changed: the general way says so
+                return None
             if group is None:
                 return None
         logical, phys, span, position = LOCATOR_AT(group, slot * LOCATOR_SIZE)
@@ -335,20 +345,25 @@ class ZstdSource(LogicalReads):
             if phys < self.layout_end or phys + span > run.offset:
                 return None  # a record's frames lie between the layout frame and its run
             mapped = self._mmap
-            data = (
-                mapped[phys : phys + span] if mapped is not None else self.reader.pread(phys, span)
-            )
+            try:
+                data = (
+                    mapped[phys : phys + span]
+                    if mapped is not None
+                    else self.reader.pread(phys, span)
+                )
+            except FormatError:
+                return None
+            if len(data) != span:
+                return None  # the file ends inside the frame: the general way says so
             # FRAMES.md section 3 rule 3 for the frame a writer makes of a record or a few:
             # its own descriptor, one compressed block, the last, filling the span (so the
             # content size, the window, is at least the block); any other frame is walked.
-            magic, size, block, block_high = (
-                SMALL_HEAD(data) if len(data) == span > 14 else BAD_HEAD
-            )
+            magic, size, block = SMALL_HEAD(data) if span > 14 else BAD_HEAD
             size += 256
             if (
                 magic != OWN_MAGIC
                 or size > self._small_cap
-                or (block | block_high << 16) != (span - 14) << 3 | 5
+                or block & 0xFFFFFF != (span - 14) << 3 | 5
                 or span - 14 > size
             ):
                 try:
@@ -377,7 +392,7 @@ class ZstdSource(LogicalReads):
             return None
         if magic != FRAME_MAGIC or position + FRAME_SIZE + length > len(buf):
             return None
-        return buf, position, logical, length, crc
+        return buf, position, logical, length, crc, phys, span
 
     def _locate(self, i: int) -> tuple[int, int, int, int] | None:
         if i >= self.block.record_count:
@@ -393,13 +408,17 @@ class ZstdSource(LogicalReads):
         magic, crc, length = FRAME.unpack_from(buf, position)
         if magic != FRAME_MAGIC:
             return None
-        hints = self._hints  # for a read that comes later (a batch locates all first)
-        if len(hints) >= MAX_HINTS:
-            hints.clear()
-        hints[logical] = ext
+        self._hint(logical, ext)
         fits = position + FRAME.size + length <= buf.nbytes
         self._hot = (logical, buf, position) if fits else None
         return logical, length, crc, 0
+
+    def _hint(self, logical: int, ext: Extent) -> None:
+        """Remember where the record at ``logical`` is, for a read that comes later (a batch
+        locates all its records first)."""
+        if len(self._hints) >= MAX_HINTS:
+            self._hints.clear()
+        self._hints[logical] = ext
 
     def _single(self, ext: Extent) -> memoryview | None:
         """The decompressed first frame of ``ext`` when it is cached or is all of ``ext`` (a
