@@ -302,6 +302,7 @@ class Writer(WriterFields, Appending):
             if self._inflight is not None and self._settle_inflight() is None:
                 return  # cannot tell where the last commit ends: cut nothing
             os.ftruncate(self._fd, self._committed_size)
+            self._sync()  # else a power cut could bring the discarded frames back, to salvage
         finally:
             self._release()
 
