@@ -27,6 +27,24 @@ def need_zstd() -> str:
     return ZSTD
 
 
+def stock_decompress(zstd: str, path: os.PathLike, out: os.PathLike) -> None:
+    """``zstd -d`` of a compressed container, as FRAMES.md tells a user without this
+    library: the dictionary, if the file has one, is bytes [20, 20 + D) of the file, D the
+    u32 at 16 (here read in Python, as ``head -c``/``tail -c`` or ``dd`` would)."""
+    head = open(path, "rb").read(20)
+    size = int.from_bytes(head[16:20], "little")
+    options = []
+    if size:
+        with open(path, "rb") as f:
+            f.seek(20)
+            dictionary = f.read(size)
+        assert dictionary == evs.read_dictionary(path)  # what `evalue-store dictionary` gives
+        dict_path = f"{out}.dict"
+        open(dict_path, "wb").write(dictionary)
+        options = ["-D", dict_path]
+    subprocess.run([zstd, "-q", "-d", "-f", *options, str(path), "-o", str(out)], check=True)
+
+
 def w1(n: int, seed: int = 0) -> list:
     rng = np.random.default_rng(seed)
     return [
@@ -60,8 +78,12 @@ def test_stock_zstd_decompresses_to_a_plain_container(tmp_path):
         w.extend(recs[2000:])
         w.append([np.arange(1 << 19, dtype=np.float64)])  # 4 MiB: frames of its own
     plain = tmp_path / "train.evs"
-    subprocess.run([zstd, "-q", "-d", str(path), "-o", str(plain)], check=True)
-    subprocess.run([zstd, "-q", "-t", str(path)], check=True)
+    assert evs.read_dictionary(path)  # trained by default: zstd -d needs it
+    assert subprocess.run([zstd, "-q", "-t", str(path)], capture_output=True).returncode
+    stock_decompress(zstd, path, plain)
+    dictionary = tmp_path / "train.dict"
+    dictionary.write_bytes(evs.read_dictionary(path))
+    subprocess.run([zstd, "-q", "-t", "-D", str(dictionary), str(path)], check=True)
     ds, dz = evs.open(plain), evs.open(path)
     assert not ds.compressed and dz.compressed
     assert len(ds) == len(dz) == 3001 and ds.metadata == dz.metadata == {"k": 1}
@@ -147,9 +169,10 @@ def test_dictionary_is_stored_once_and_zstd_cli_uses_it(tmp_path):
     dictionary = evs.train_dictionary(recs[:500], size=16 << 10)
     plain_z = tmp_path / "nodict.evs.zst"
     dict_z = tmp_path / "dict.evs.zst"
-    with evs.Writer(plain_z, compression="zstd", frame_size=2048) as w:  # where it pays
+    with evs.Writer(plain_z, compression="zstd", dictionary=None) as w:
         w.extend(recs)
-    with evs.Writer(dict_z, compression="zstd", frame_size=2048, dictionary=dictionary) as w:
+    subprocess.run([zstd, "-q", "-t", str(plain_z)], check=True)  # no -D needed
+    with evs.Writer(dict_z, compression="zstd", dictionary=dictionary) as w:
         w.extend(recs)
     with evs.Writer(dict_z, mode="a") as w:  # appends reuse the stored dictionary
         w.append(recs[0])
