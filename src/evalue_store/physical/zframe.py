@@ -389,8 +389,21 @@ class FrameCutter:
                 self._emit()
                 continue
             k = min(max(room, 0) // size + 1, count - done)
+            full = 0 if self.pending else (count - done - 1) // k  # frames closed already
+            if full:  # k records each, straight from ``data``; the last ones stay open
+                self._emit_frames(view[done * size : (done + full * k) * size], k * size)
+                done += full * k
+                continue
             self.write(view[done * size : (done + k) * size], k * size)
             done += k
+
+    def _emit_frames(self, data: memoryview, length: int) -> None:
+        """Frames of ``length`` logical bytes each, all of ``data``, when no frame is open:
+        ``_emit`` of each (a sink may do them together)."""
+        for at in range(0, len(data), length):
+            self.pending += data[at : at + length]
+            self.pos += length
+            self._emit()
 
     def flush(self) -> None:
         if self.pending:
