@@ -132,6 +132,13 @@ class Records:
             buf, pos = self._source.frame(offset, FRAME_SIZE + length)
         except FormatError as exc:  # a compressed file's frames, a remote object
             raise exc.at(path=self.path, record=i) from None
+        return self._decode(i, buf, pos, offset, length, crc, checked)
+
+    def _decode(
+        self, i: int, buf: Any, pos: int, offset: int, length: int, crc: int, checked: bool = False
+    ) -> list:
+        """Record ``i``'s values from its frame at ``buf[pos]`` (its entry checked)."""
+        align = self.header.alignment
         try:
             if self._crc_on_read and not checked:
                 payload = memoryview(buf)[pos + FRAME_SIZE : pos + FRAME_SIZE + length]
@@ -200,6 +207,33 @@ class Records:
                     record = None if layout is None else layout.decode(view, offset, crc, typed)
                     if record is None:
                         record = self._read(i, offset, length, crc, checked=True)
+                return to_dict(record, self._dict_names()) if self.as_dict else record
+        located = self._located
+        if located is not None and type(index) is int:
+            # A compressed file: the source finds the record's frame through its locator
+            # (one group, one frame); the entry checks of ``_read`` inlined. A record it does
+            # not find, or that fails a check, goes through ``_record``, which says why.
+            n = self._len
+            if -n <= index < n:
+                i = index + n if index < 0 else index
+                found = located(i)
+                if found is None:
+                    record = self._record(i)
+                else:
+                    buf, pos, offset, length, crc, _, _ = found
+                    limit = self.max_record_bytes
+                    if (
+                        offset % self.header.alignment
+                        or offset < self.header.data_start
+                        or length > self.commit.end - offset - FRAME_SIZE
+                        or (limit is not None and length > limit)
+                    ):
+                        record = self._record(i)  # raises
+                    else:
+                        layout = self._layouts.get(length)
+                        record = None if layout is None else layout.decode(buf, pos, crc)
+                        if record is None:
+                            record = self._decode(i, buf, pos, offset, length, crc)
                 return to_dict(record, self._dict_names()) if self.as_dict else record
         self._ensure_open()
         where = indexing.normalize(index, self._len)
