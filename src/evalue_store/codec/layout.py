@@ -112,7 +112,7 @@ class Layout:
                 values.append(fields[index])
             elif kind == S_TEXT:
                 try:
-                    values.append(fields[index].decode("utf-8"))
+                    values.append(fields[index].decode())  # UTF-8, strict
                 except UnicodeDecodeError:
                     return None  # the generic decoder reports it with its offset
             elif kind == S_BYTES:
