@@ -15,6 +15,7 @@ torch's default_collate does) and sent as such (benchmarks/bench_loader.py).
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Collection, Hashable, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -172,17 +173,24 @@ def _pad(tensors: Sequence[torch.Tensor], pad_value: float) -> Padded:
     return Padded(values, lengths, mask)
 
 
+_DTYPE = operator.attrgetter("dtype")
+_SHAPE = operator.attrgetter("shape")
+
+
 def _collate_field(items: list, pad: bool | None, pad_value: float) -> Any:
-    kinds = set(map(type, items))  # a set, not all(...): collate runs for every batch
+    kinds = set(map(type, items))  # sets, not all(...): collate runs for every batch
     kind = kinds.pop() if len(kinds) == 1 else None
     if kind is not None and issubclass(kind, torch.Tensor):
-        same = len({(t.shape, t.dtype) for t in items}) == 1
-        if pad or (pad is None and not same):
-            return _pad(items, pad_value)
-        if not same:
+        if not pad and len(set(map(_DTYPE, items))) == 1:
+            first = items[0]
+            try:  # torch.stack checks the shapes
+                return torch.stack(items, out=_empty((len(items), *first.shape), first.dtype))
+            except RuntimeError:
+                if len(set(map(_SHAPE, items))) == 1:
+                    raise  # not theirs
+        if pad is False:
             raise ValueError("tensors of one field differ in shape or dtype; add it to `pad`")
-        first = items[0]
-        return torch.stack(items, out=_empty((len(items), *first.shape), first.dtype))
+        return _pad(items, pad_value)
     if kind in (bool, int, float):
         return torch.tensor(
             items, dtype={bool: torch.bool, int: torch.int64}.get(kind, torch.float64)
