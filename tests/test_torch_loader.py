@@ -11,6 +11,7 @@ naming the record.
 from __future__ import annotations
 
 import functools
+import json
 import warnings
 
 import numpy as np
@@ -138,3 +139,17 @@ def test_a_damaged_record_fails_its_batch_naming_it(tmp_path, workers, batch_siz
     loader = DataLoader(ds, batch_size=batch_size, num_workers=workers, collate_fn=collate)
     with pytest.raises(evs.FormatError, match=r"d-02\.evs.*record 4.*checksum"):
         list(loader)
+
+
+def test_loader_benchmark_runs(tmp_path):
+    """benchmarks/bench_loader.py, tiny: every loader measured, the table written."""
+    from benchmarks import bench_loader
+
+    bench_loader.main(["--records", "400", "--repeats", "1", "--out", str(tmp_path)])
+    report = json.loads((tmp_path / "loader.json").read_text())
+    rows = report["results"]
+    assert bench_loader.BASELINE in rows and bench_loader.EVALUE_MAP in rows
+    for row in rows.values():
+        assert all(row[f"rec_per_s_{w}w"] > 0 and row[f"cpu_us_per_batch_{w}w"] > 0 for w in (0, 2))
+    assert "worker_rss_growth_mib" in rows[bench_loader.EVALUE_MAP]  # the memory probe ran
+    assert "| evalue_store EValueDataset |" in (tmp_path / "loader.md").read_text()

@@ -216,9 +216,9 @@ class Compiler:
 
     def __init__(self, buf: Any, frame: int, length: int, alignment: int):
         self.buf, self.frame, self.alignment = buf, frame, alignment
-        # The frame header (container.FRAME): magic, crc, then the length, which opens the first run
-        # of structure bytes (one bytes field with what follows it: fewer fields to unpack
-        # and compare).
+        # The frame header (container.FRAME): magic, crc, then the length, which opens the
+        # first run of structure bytes (one bytes field with what follows it: fewer fields
+        # to unpack and compare).
         self.fmt = ["<4sI", f"{FRAME_SIZE - FRAME_LENGTH_AT}s"]
         self.structural = [0, 2]  # all of it but the crc
         self.check_at = [*range(0, FRAME_CRC_AT), *range(FRAME_LENGTH_AT, FRAME_SIZE)]

@@ -187,7 +187,7 @@ def _collate_field(items: list, pad: bool | None, pad_value: float) -> Any:
                 return torch.stack(items, out=_empty((len(items), *first.shape), first.dtype))
             except RuntimeError:
                 if len(set(map(_SHAPE, items))) == 1:
-                    raise  # not theirs
+                    raise  # the shapes agree: another error
         if pad is False:
             raise ValueError("tensors of one field differ in shape or dtype; add it to `pad`")
         return _pad(items, pad_value)
@@ -218,6 +218,9 @@ def collate(
     With ``pad=None`` a field is padded only when its shapes differ in this batch, so its
     type can change from batch to batch; name the variable-length fields in ``pad`` (e.g.
     ``partial(collate, pad={0})``) to always get ``Padded`` for them and stacking for others.
+
+    In a DataLoader worker the result is a dict (list) subclass that sends its small tensors
+    to the main process by value (see the module docstring), where it is a plain dict (list).
     """
     if not batch:
         raise ValueError("cannot collate an empty batch")
@@ -255,7 +258,7 @@ def _collate_samples(
     return field(0, list(batch))
 
 
-# ----------------------------------------------------------------------------- to the main process
+# ----------------------------------------------------------------------------- worker to main
 
 
 class _ShippedDict(dict):
