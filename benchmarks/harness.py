@@ -117,21 +117,26 @@ def worker_main(args: argparse.Namespace) -> int:
 
 
 def export_head_library() -> tuple[Path, str]:
-    """Export src/ as committed at HEAD into benchmarks/work; returns (path, commit)."""
+    """Export src/ as committed at HEAD into benchmarks/work, with its compiled extension
+    built there (from the committed setup.py and cpp/); returns (path, commit)."""
     repo = HERE.parent
     commit = subprocess.run(
         ["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, check=True
     ).stdout.strip()
     target = WORK / f"library-{commit[:12]}"
-    if not (target / "src" / "evalue_store" / "__init__.py").exists():
+    if not (target / "done").exists():
         target.mkdir(parents=True, exist_ok=True)
         archive = subprocess.run(
-            ["git", "archive", "--format=tar", commit, "src"],
+            ["git", "archive", "--format=tar", commit, "src", "cpp", "setup.py", "pyproject.toml"]
+            + ["README.md", "MANIFEST.in"],
             cwd=repo,
             capture_output=True,
             check=True,
         ).stdout
         subprocess.run(["tar", "-x", "-C", str(target)], input=archive, check=True)
+        build = [sys.executable, "setup.py", "-q", "build_ext", "--inplace"]
+        subprocess.run(build, cwd=target, capture_output=True, check=True)
+        (target / "done").write_text(commit)
     return target / "src", commit
 
 

@@ -186,6 +186,7 @@ def workload_markdown(section: dict[str, Any]) -> str:
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
 
+    lines += columns_markdown(ok, floor)
     others = [r for r in rows if r.get("status") != "ok"]
     if others:
         lines.append("Not measured:")
@@ -205,6 +206,49 @@ def workload_markdown(section: dict[str, Any]) -> str:
         lines.append("Notes: " + "; ".join(f"{r['adapter']}: {r['notes']}" for r in notes))
         lines.append("")
     return "\n".join(lines)
+
+
+def columns_markdown(ok: list[dict[str, Any]], floor: dict[str, Any] | None) -> list[str]:
+    """The columnar writes with and without fsync, and our ratios to the floor: issue 13's
+    figure (our default, which fsyncs, against the floor's np.save, which does not) and the
+    two like-for-like ones."""
+    rows = [r for r in ok if r.get("columns_write_fsync_rec_s")]
+    if not rows or floor is None or not floor.get("columns_write_fsync_rec_s"):
+        return []
+    lines = [
+        "Columnar write rec/s (`write_columns`), by whether the data is fsynced before the "
+        "write returns (evalue_store: `Writer(durable=...)`, default True; floor: `np.save` "
+        "per column, default without fsync, or each file and the directory fsynced)",
+        "",
+        "| format | default | fsynced | not fsynced |",
+        "|---|---|---|---|",
+    ]
+    for r in rows:
+        default = "fsynced" if r.get("columns_default") == "fsync" else "not fsynced"
+        cells = [
+            r["adapter"],
+            f"{_fmt(r['columns_write_rec_s'])} ({default})",
+            _fmt(r["columns_write_fsync_rec_s"]),
+            _fmt(r["columns_write_nofsync_rec_s"]),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
+    lines += [
+        "| ratio to the floor (rec/s; 1.00 = as fast) | "
+        + " | ".join(r["adapter"] for r in rows if r["adapter"] in OURS)
+        + " |",
+        "|" + "---|" * (1 + sum(r["adapter"] in OURS for r in rows)),
+    ]
+    for label, ours, theirs in (
+        ("issue 13's target (≥ 1.0x): default vs floor default (fsync vs none)", "", ""),
+        ("like for like, both fsynced", "fsync_", "fsync_"),
+        ("like for like, neither fsynced", "nofsync_", "nofsync_"),
+    ):
+        key, ref = f"columns_write_{ours}rec_s", floor[f"columns_write_{theirs}rec_s"]
+        cells = [f"{r[key] / ref:.2f}" for r in rows if r["adapter"] in OURS]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines.append("")
+    return lines
 
 
 def markdown(report: dict[str, Any]) -> str:

@@ -7,7 +7,10 @@ time and the checksums over them, in the header and footers).
 
 from __future__ import annotations
 
+import _thread
 import errno
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -222,3 +225,186 @@ def test_interrupted_at_every_call_keeps_all_or_none(tmp_path):
             assert len(ds) in (3, 1003), (n, counter.fired)
             assert ds.verify().ok
         assert recovered is None or recovered.records in (0, 1000), (n, recovered)
+
+
+def test_batches_of_changing_layouts_are_the_appended_records(tmp_path):
+    """A writer reuses the last batch's layout when the next batch's first record has it.
+    Batches that differ from the last one in one detail, most of them of the same size
+    (a dtype, a shape, a scalar's kind, a string for bytes), must each get their own."""
+    n = 20
+    ints = np.arange(n * 4, dtype=np.int64).reshape(n, 4)
+    keys = [f"k{k:03d}" for k in range(n)]
+    base = {"tokens": ints, "label": np.arange(n), "id": keys}
+    variants = [
+        {"tokens": ints + 1, "label": np.arange(n) * 2},  # the same layout
+        {"tokens": ints.view(np.float64)},
+        {"tokens": ints.view(np.int32)},  # [n, 8]
+        {"tokens": ints.reshape(n, 2, 2)},
+        {"tokens": ints.reshape(n, 4, 1)},
+        {"label": np.arange(n) + 0.5},
+        {"label": np.arange(n) % 2 == 0},
+        {"id": [key.encode() for key in keys]},
+        {"id": [f"k{k:04d}" for k in range(n)]},
+        {"id": [None] * n},
+    ]
+    batches = [base]
+    for variant in variants:
+        batches += [{**base, **variant}, base]
+    by_columns, by_rows = tmp_path / "columns.evs", tmp_path / "rows.evs"
+    with evs.Writer(by_columns) as writer:
+        for columns in batches:
+            writer.extend_columns(columns)
+    with evs.Writer(by_rows) as writer:
+        for columns in batches:
+            for row in rows_of(columns, n):
+                writer.append(row)
+    assert body(by_columns) == body(by_rows)
+
+
+# ---------------------------------------------------------------- batches written behind
+# Columns of more than one batch (columns.CHUNK_BYTES of frames) are encoded on the calling
+# thread while a second thread writes the batch before (dataset/pipeline.py). The tests
+# shrink the batch, and the size from which the sink writes without buffering, so that a
+# small write makes many batches, each written by the thread.
+
+
+@pytest.fixture
+def small_batches(monkeypatch):
+    from evalue_store.dataset import columns
+
+    monkeypatch.setattr(columns, "CHUNK_BYTES", 16 << 10)  # about 12 W1 records a batch
+    monkeypatch.setattr(plain.PlainSink, "DIRECT_BYTES", 8 << 10)  # each written directly
+
+
+def writing_behind() -> list:
+    """The write-behind threads alive (none once a call has returned or raised)."""
+    return [t for t in threading.enumerate() if t.name == "evalue_store-write"]
+
+
+def writing_threads(monkeypatch) -> set:
+    """The names of the threads that write batches of frames, from now on."""
+    names: set = set()
+    real = plain.pwrite_all
+
+    def pwrite_all(fd, data, offset):
+        names.add(threading.current_thread().name)
+        return real(fd, data, offset)
+
+    monkeypatch.setattr(plain, "pwrite_all", pwrite_all)
+    return names
+
+
+@pytest.mark.parametrize("alignment", [8, 64, 4096])
+def test_batches_written_behind_are_the_appended_records(
+    tmp_path, monkeypatch, small_batches, alignment
+):
+    threads = writing_threads(monkeypatch)
+    assert_same_file(tmp_path, w1_columns(700), 700, alignment=alignment)
+    assert "evalue_store-write" in threads  # the batches were written behind
+    assert not writing_behind()  # and the thread is gone
+
+
+@pytest.mark.parametrize("fail_at", [1, 2, 5, 40])
+def test_a_batch_written_behind_that_fails_appends_nothing(
+    tmp_path, monkeypatch, small_batches, fail_at
+):
+    """ENOSPC half way through the k-th batch's write: no record is appended, no byte of
+    the call stays in the file, and the writer goes on."""
+    path = tmp_path / "enospc.evs"
+    real = plain.pwrite_all
+    calls = {"n": 0}
+
+    def half_then_fail(fd, data, offset):
+        calls["n"] += 1
+        if calls["n"] == fail_at:
+            real(fd, memoryview(data)[: len(data) // 2], offset)
+            raise OSError(errno.ENOSPC, "No space left on device (simulated)")
+        return real(fd, data, offset)
+
+    with evs.Writer(path) as writer:
+        writer.extend_columns(w1_columns(10))
+        writer.commit()
+        size = path.stat().st_size
+        monkeypatch.setattr(plain, "pwrite_all", half_then_fail)
+        with pytest.raises(OSError, match="simulated"):
+            writer.extend_columns(w1_columns(700))
+        monkeypatch.setattr(plain, "pwrite_all", real)
+        assert len(writer) == 10 and size <= path.stat().st_size <= -(-size // 64) * 64
+        assert not writing_behind()
+        writer.extend_columns(w1_columns(5, seed=1))
+    with evs.open(path) as ds:
+        assert len(ds) == 15 and ds.verify().ok and ds.uncommitted_bytes == 0
+
+
+@pytest.mark.parametrize("at_write", [1, 3, 20, "last"])
+def test_an_interrupt_of_the_encoding_thread_appends_nothing(
+    tmp_path, monkeypatch, small_batches, at_write
+):
+    """SIGINT lands in the calling thread while the batches are being written behind it
+    (at the last one, the caller is waiting for the writes to end): the writes under way
+    end before the file is cut back, the interrupt is raised, and nothing is appended."""
+    path = tmp_path / "sigint.evs"
+    real = plain.pwrite_all
+    calls = {"n": 0, "batches": 0}
+
+    def pwrite_all(fd, data, offset):
+        calls["n"] += 1
+        calls["batches"] += len(data) == 12 * 1280
+        last = at_write == "last" and calls["batches"] == 58  # of 700 = 58 * 12 + 4 records
+        if calls["n"] == at_write or last:
+            _thread.interrupt_main()  # raised in the caller at its next bytecode
+            time.sleep(0.05)  # while this write is still under way
+        return real(fd, data, offset)
+
+    with evs.Writer(path) as writer:
+        writer.extend_columns(w1_columns(10))
+        writer.commit()
+        size = path.stat().st_size
+        monkeypatch.setattr(plain, "pwrite_all", pwrite_all)
+        with pytest.raises(KeyboardInterrupt):
+            writer.extend_columns(w1_columns(700))
+            time.sleep(1)  # the interrupt is raised by then, whatever the call's speed
+        monkeypatch.setattr(plain, "pwrite_all", real)
+        assert len(writer) == 10 and size <= path.stat().st_size <= -(-size // 64) * 64
+        assert not writing_behind()
+        writer.extend_columns(w1_columns(5, seed=1))
+    with evs.open(path) as ds:
+        assert len(ds) == 15 and ds.verify().ok and ds.uncommitted_bytes == 0
+
+
+def test_batches_written_behind_interrupted_at_every_call_keep_all_or_none(tmp_path, small_batches):
+    """As test_interrupted_at_every_call_keeps_all_or_none, over a write of many batches:
+    the interrupt fires in whichever thread makes the call, the writer's or the caller's."""
+    columns = w1_columns(200)
+
+    def prepare(path):
+        with evs.Writer(path) as writer:
+            writer.extend_columns(w1_columns(3, seed=2))
+
+    scratch = tmp_path / "scratch.evs"
+    prepare(scratch)
+
+    def operation():
+        with evs.Writer(scratch, mode="a") as writer:
+            writer.extend_columns(columns)
+
+    calls = count_calls(operation)
+    assert calls > 20
+    for n in range(1, calls + 1):
+        path = tmp_path / f"run{n}.evs"
+        prepare(path)
+        writer = evs.Writer(path, mode="a")
+        with interrupt_at(n) as counter:
+            try:
+                writer.extend_columns(columns)
+            except KeyboardInterrupt:
+                pass
+        if counter.fired:
+            writer.abort()
+        else:
+            writer.close()
+        assert not writing_behind()
+        with evs.open(path) as ds:
+            assert len(ds) in (3, 203), (n, counter.fired)
+            assert ds.verify().ok and ds.uncommitted_bytes == 0, (n, counter.fired)
+        path.unlink()

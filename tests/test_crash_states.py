@@ -4,14 +4,18 @@ that returned (docs/THREAT_MODEL.md, "Power loss"). tools/crash_states.py runs t
 
 from __future__ import annotations
 
+import contextlib
 import random
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 import evalue_store as evs
+from evalue_store.dataset import columns
+from evalue_store.physical import plain
 
 from .crashsim import crash_points, crash_states, expected_count, markers, record
 from .test_cli import same_record as same
@@ -25,10 +29,31 @@ def sample(i: int) -> list:
     return values
 
 
+COLUMN_RECORDS = 24  # written by one extend_columns, in batches of a few records
+
+
+def column_sample(i: int) -> list:
+    """Record i when it was written as a column (one layout for all of them)."""
+    return [np.arange(300, dtype=np.int64) + i, f"c{i:06d}"]
+
+
+@contextlib.contextmanager
+def small_batches() -> Iterator[None]:
+    """extend_columns writes batches of 8 KiB of frames, each by the write-behind thread
+    (production batches are 4 MiB: the same code path, too big for the explorer)."""
+    saved = columns.CHUNK_BYTES, plain.PlainSink.DIRECT_BYTES
+    columns.CHUNK_BYTES, plain.PlainSink.DIRECT_BYTES = 8 << 10, 4 << 10
+    try:
+        yield
+    finally:
+        columns.CHUNK_BYTES, plain.PlainSink.DIRECT_BYTES = saved
+
+
 def workload(path: str, compression: str | None, big: bool = False, scale: int = 1):
     """Commits of many sizes (index segments merge), a metadata change, a reopen with
-    mode "a", an aborted batch and, with ``big``, a record written past the write buffer.
-    ``scale`` multiplies the records per commit."""
+    mode "a", an aborted batch, columns written in batches behind the caller (a durable
+    writer starts the writeback of each as it goes) and, with ``big``, a record written
+    past the write buffer. ``scale`` multiplies the records per commit."""
 
     def run(returned) -> None:
         with evs.Writer(path, compression=compression, metadata={"k": 0}) as w:
@@ -57,6 +82,14 @@ def workload(path: str, compression: str | None, big: bool = False, scale: int =
             w.append(sample(len(w)))
             w.commit()
             returned(w)
+        with evs.Writer(path, "a") as w, small_batches():
+            first = len(w)
+            batch = [column_sample(i) for i in range(first, first + COLUMN_RECORDS)]
+            w.extend_columns({0: np.stack([r[0] for r in batch]), 1: [r[1] for r in batch]})
+            w.commit()
+            returned(w)
+            w.append(sample(len(w)))
+        returned(w)
 
     return run
 
@@ -66,13 +99,20 @@ def big_index(scale: int) -> int:
     return 13 * scale
 
 
-def expected_record(i: int, big_at: int | None) -> list:
+def columns_index(scale: int, big: bool) -> int:
+    """Where the columns go: after the big record, if any, and two records appended."""
+    return big_index(scale) + big + 2
+
+
+def expected_record(i: int, big_at: int | None, columns_at: int) -> list:
     if big_at is not None and i == big_at:
         return [np.zeros(300_000, np.float32) + i]
+    if columns_at <= i < columns_at + COLUMN_RECORDS:
+        return column_sample(i)
     return sample(i)
 
 
-def check_image(image: bytes, want: int, folder: Path, big_at: int | None) -> None:
+def check_image(image: bytes, want: int, folder: Path, big_at: int | None, columns_at: int) -> None:
     """The promise for one crash state; ``want`` = records of the newest surviving commit."""
     path = folder / "state.evs"
     path.write_bytes(image)
@@ -86,7 +126,7 @@ def check_image(image: bytes, want: int, folder: Path, big_at: int | None) -> No
     with evs.open(path) as ds:
         assert len(ds) == want, f"opened {len(ds)} records, the newest intact commit has {want}"
         for i in range(want):
-            assert same(ds[i], expected_record(i, big_at)), f"record {i} differs"
+            assert same(ds[i], expected_record(i, big_at, columns_at)), f"record {i} differs"
     copy = folder / "recovered.evs"
     shutil.copyfile(path, copy)
     evs.recover(copy)
@@ -94,7 +134,9 @@ def check_image(image: bytes, want: int, folder: Path, big_at: int | None) -> No
         n = len(ds)
         assert n >= want
         for i in range(n):  # salvaged records too: complete ones only, and in order
-            assert same(ds[i], expected_record(i, big_at)), f"recovered record {i} differs"
+            assert same(ds[i], expected_record(i, big_at, columns_at)), (
+                f"recovered record {i} differs"
+            )
     with evs.Writer(copy, "a") as w:
         w.append(sample(n))
     with evs.open(copy) as ds:
@@ -120,7 +162,7 @@ def explore(
             want = expected_count(image, commits)
             assert want >= point.returned, "a returned commit's marker was not durable"
             try:
-                check_image(image, want, work, big_at)
+                check_image(image, want, work, big_at, columns_index(scale, big))
             except BaseException as exc:
                 raise AssertionError(
                     f"crash after op {point.index} ({log.ops[point.index][0]}), state {states}: "

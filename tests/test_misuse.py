@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 import warnings
 
 import numpy as np
@@ -369,3 +370,38 @@ def test_a_whole_file_write_that_fails_leaves_the_old_file_and_no_temporary(tmp_
     with atomic_file(str(path)) as f:
         f.write(b"new")
     assert path.read_bytes() == b"new" and [p.name for p in tmp_path.iterdir()] == ["m.json"]
+
+
+def test_a_child_forked_while_a_thread_writes_is_refused_not_hung(tmp_path, monkeypatch):
+    """A thread holds the writer (a long extend_columns, its batches written behind it)
+    when another thread forks: the child's copy of the writer's lock is held by a thread
+    the child does not have. The child must be told the writer is not its own, not hang."""
+    from evalue_store.physical import plain
+
+    path = tmp_path / "d.evs"
+    real = plain.pwrite_all
+    inside = threading.Event()
+
+    def slow(fd, data, offset):
+        inside.set()
+        time.sleep(0.02)
+        return real(fd, data, offset)
+
+    monkeypatch.setattr(plain, "pwrite_all", slow)
+    ctx = multiprocessing.get_context("fork")
+    n = 3000  # 25 MB: batches of 4 MiB, each written slowly
+    columns = {0: np.zeros((n, 1024), np.int64), 1: np.arange(n)}
+    with evs.Writer(path) as w:
+        writing = threading.Thread(target=w.extend_columns, args=(columns,))
+        writing.start()
+        assert inside.wait(30)
+        queue = ctx.Queue()
+        child = ctx.Process(target=_child_misuses, args=(w, queue))
+        child.start()
+        message = queue.get(timeout=30)
+        child.join(30)
+        writing.join()
+        assert child.exitcode == 0 and "inherited by fork" in message
+        assert len(w) == n
+    with evs.open(path) as ds:
+        assert len(ds) == n and ds.verify().ok

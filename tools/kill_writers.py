@@ -2,10 +2,12 @@
 """Kill writers at random instants and tear commits at every byte; check no committed data is lost.
 
 Killed writers (``--trials N``): a child process appends records that are a pure function
-of their index (so any record can be checked byte for byte), commits at random intervals
-and, around every ``commit()``, tells the parent through a pipe: "commit of n records
-begins" and "commit of n records returned". The parent SIGKILLs it at a random instant,
-then checks:
+of their index (so any record can be checked byte for byte), one by one and, every fourth
+block of COLUMN_BLOCK records, as columns (``extend_columns``: one layout, about 8 MiB,
+written in batches by a second thread while the first encodes, the writeback of each
+started as it goes), commits at random intervals and, around every ``commit()``, tells
+the parent through a pipe: "commit of n records begins" and "commit of n records
+returned". The parent SIGKILLs it at a random instant, then checks:
 
 * the file opens (mmap and pread backends, alternately);
 * every record the child reported committed is present and byte-identical, and nothing
@@ -54,8 +56,17 @@ TAIL_PROBLEM = "bytes after the last commit"
 # ------------------------------------------------------------------------------ records
 
 
+COLUMN_BLOCK = 64  # records i with (i // COLUMN_BLOCK) % 4 == 1 are written as columns
+
+
+def in_column_block(i: int) -> bool:
+    return (i // COLUMN_BLOCK) % 4 == 1
+
+
 def record(i: int) -> list:
     """Record ``i``: a pure function of ``i``, of varied kinds and sizes."""
+    if in_column_block(i):  # one layout: [Int, String of 13 bytes, int64[16384]]
+        return [i, f"col-{i:09d}", np.arange(16384, dtype=np.int64) * (i % 1000 + 1)]
     rng = np.random.default_rng(i)
     values: list = [i, f"rec-{i}", rng.integers(-1000, 1000, i % 13, dtype=np.int64)]
     if i % 3 == 0:
@@ -95,8 +106,14 @@ def writer_child(path: str, seed: int, fd: int, compression: str | None) -> None
     i = len(w)
     rate = rng.choice([0.02, 0.1, 0.3, 0.7])  # records per commit vary a lot between trials
     while True:
-        w.append(record(i))
-        i += 1
+        if in_column_block(i):  # the rest of this block, as columns
+            block = [record(j) for j in range(i, (i // COLUMN_BLOCK + 1) * COLUMN_BLOCK)]
+            ints, texts, tokens = zip(*block)
+            w.extend_columns({0: np.array(ints), 1: list(texts), 2: np.stack(tokens)})
+            i += len(block)
+        else:
+            w.append(record(i))
+            i += 1
         if rng.random() < rate:
             if rng.random() < 0.1:
                 w.set_metadata({"records": i, "seed": seed})
@@ -122,6 +139,7 @@ class Stats:
     kills_mid_commit: int = 0  # killed after "commit begins" and before it returned
     mid_commit_landed: int = 0  # ... and the footer was durable anyway
     kills_between_commits: int = 0
+    kills_in_columns: int = 0  # the salvaged records end inside a block written as columns
     committed_checked: int = 0  # records reported committed, checked byte for byte
     records_checked: int = 0  # every record read back (committed + landed + salvaged)
     lost: int = 0  # committed records missing or different: must stay 0
@@ -235,6 +253,7 @@ def run_trial(
     n = len(ds)
     if n != visible + salvage.salvaged_records or ds.uncommitted_bytes:
         st.failures.append(f"{where}: after recover {n} records, tail {ds.uncommitted_bytes}")
+    st.kills_in_columns += in_column_block(n) and n % COLUMN_BLOCK != 0
     fresh = range(visible, n)  # the salvaged records must be exactly what was written
     for i in fresh:
         if not same(ds[i], i):
@@ -425,7 +444,8 @@ def main() -> int:
                 print(
                     f"{name}: {st.trials} kill trials in {time.monotonic() - start:.0f} s; "
                     f"kills mid-commit {st.kills_mid_commit} (commit landed anyway in "
-                    f"{st.mid_commit_landed}), between commits {st.kills_between_commits}; "
+                    f"{st.mid_commit_landed}), between commits {st.kills_between_commits}, "
+                    f"inside a block of columns {st.kills_in_columns}; "
                     f"committed records checked {st.committed_checked}; records read back "
                     f"{st.records_checked}; data lost {st.lost}; tails left {st.tails}; "
                     f"salvaged {st.salvaged}; failures {len(st.failures)}"

@@ -8,8 +8,11 @@ An adapter is constructed with the workload's fields, then used as::
     adapter.close()
 
 Optional: ``get_batch(indices)`` (a batch as one value per field: stacked arrays, or lists)
-and ``write_columns(columns, path)`` (the records given as ``Data.columns``), for formats
-with a batch read or a columnar write; ``batched`` / ``columnar`` say whether there is one.
+and ``write_columns(columns, path, fsync)`` (the records given as ``Data.columns``), for
+formats with a batch read or a columnar write; ``batched`` / ``columnar`` say whether there
+is one. ``fsync`` None is the format's default (``columns_fsync`` says whether that default
+makes the data durable before returning); True / False ask for it or not, so that the two
+can be compared alike.
 
 Records go in and come out as lists (see workloads.py). ``zero_copy`` says whether returned
 tensors are views of the stored bytes (mmap) rather than copies.
@@ -50,6 +53,7 @@ class Adapter(ABC):
 
     batched = False  # has get_batch
     columnar = False  # has write_columns
+    columns_fsync = False  # write_columns' default makes the data durable (fsync) first
 
     def get_many(self, indices: Sequence[int]) -> list[Record]:
         return [self.get(int(i)) for i in indices]
@@ -57,7 +61,7 @@ class Adapter(ABC):
     def get_batch(self, indices: Sequence[int]) -> list:
         raise NotImplementedError
 
-    def write_columns(self, columns: list, path: Path) -> None:
+    def write_columns(self, columns: list, path: Path, fsync: bool | None = None) -> None:
         raise NotImplementedError
 
     def scan(self) -> Iterator[Record]:

@@ -41,9 +41,14 @@ class EvalueStore(Adapter):
     batched = hasattr(evs, "Dataset") and hasattr(evs.Dataset, "get_batch")
     columnar = hasattr(evs, "Writer") and hasattr(evs.Writer, "extend_columns")
 
-    def write_columns(self, columns: list, path: Path) -> None:
+    columns_fsync = True  # Writer(durable=True), the default: each commit is fsynced
+
+    def write_columns(self, columns: list, path: Path, fsync: bool | None = None) -> None:
         path.mkdir(parents=True, exist_ok=True)
-        with evs.Writer(path / "data.evs", metadata={"bench": True}, **self.writer_options) as w:
+        options = dict(self.writer_options, metadata={"bench": True})
+        if fsync is not None:
+            options["durable"] = fsync
+        with evs.Writer(path / "data.evs", **options) as w:
             w.extend_columns(dict(enumerate(columns)))
 
     def get_batch(self, indices: Sequence[int]) -> list:

@@ -3,6 +3,7 @@ fixed-width bytes array. Only works for fixed-shape fields, which is the point."
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -40,14 +41,26 @@ class Floor(Adapter):
     batched = True
     columnar = True
 
-    def write_columns(self, columns: list, path: Path) -> None:
+    def write_columns(self, columns: list, path: Path, fsync: bool | None = None) -> None:
+        """np.save per column; by default not fsynced (``fsync``: each file fsynced after
+        it is written, and the directory after all, as a durable write must)."""
         path.mkdir(parents=True, exist_ok=True)
         for k, (f, column) in enumerate(zip(self.fields, columns)):
             if f.kind == "str":
                 encoded = [s.encode() for s in column]
                 width = max((len(e) for e in encoded), default=1)
                 column = np.array(encoded, dtype=f"S{max(width, 1)}")
-            np.save(path / f"{k}_{f.name}.npy", column)
+            with open(path / f"{k}_{f.name}.npy", "wb") as file:
+                np.save(file, column)
+                if fsync:
+                    file.flush()
+                    os.fsync(file.fileno())
+        if fsync:
+            directory = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(directory)
+            finally:
+                os.close(directory)
 
     def get_batch(self, indices: Sequence[int]) -> list:
         index = np.asarray(indices)

@@ -1,12 +1,18 @@
 // CRC-32 (zlib: reflected 0xEDB88320) and CRC-32C (Castagnoli: reflected 0x82F63B78), both
 // with initial value and final xor 0xFFFFFFFF. Portable slicing-by-8 tables; CRC-32C uses the
-// CPU's instruction (SSE4.2 crc32, ARMv8 crc32c) when the compiler can emit it.
+// CPU's instruction (SSE4.2 crc32, ARMv8 crc32c) when the compiler can emit it. On x86-64 it
+// runs eight independent streams (the instruction's latency is three times its issue rate;
+// memory is read faster as several streams) and joins them by shifting a CRC over the bytes
+// after it (a GF(2) operator, as tables). CRC-32 uses PCLMULQDQ where the CPU has it.
+// The Python extension evalue_store._native is built from this file too.
 #include <cstring>
 
 #include "evalue_store/reader.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <nmmintrin.h>
+#include <smmintrin.h>
+#include <wmmintrin.h>
 #define EVS_CRC32C_X86 1
 #elif defined(__aarch64__) && defined(__ARM_FEATURE_CRC32)
 #include <arm_acle.h>
@@ -59,12 +65,109 @@ const Tables& crc32c_tables() {
 }
 
 #if defined(EVS_CRC32C_X86)
+// The operator that appends ``bytes`` zero bytes to a CRC-32C register (no pre/post
+// inversion), as four tables of 256: shift(c) = CRC register after c, then ``bytes`` zeros.
+struct Shift {
+  uint32_t t[4][256];
+  void build(size_t bytes) {
+    uint32_t op[32], out[32], next[32];
+    op[0] = 0x82F63B78u;  // one zero bit: x -> x * x^1 mod P, as a matrix over GF(2)
+    for (int k = 1; k < 32; ++k) op[k] = 1u << (k - 1);
+    for (int k = 0; k < 32; ++k) out[k] = 1u << k;  // the identity
+    for (size_t bits = 8 * bytes; bits; bits >>= 1) {  // out = op^bits, by squaring
+      if (bits & 1) {
+        for (int k = 0; k < 32; ++k) next[k] = times(op, out[k]);
+        std::memcpy(out, next, sizeof out);
+      }
+      for (int k = 0; k < 32; ++k) next[k] = times(op, op[k]);
+      std::memcpy(op, next, sizeof op);
+    }
+    for (uint32_t b = 0; b < 256; ++b)
+      for (int k = 0; k < 4; ++k) t[k][b] = times(out, b << (8 * k));
+  }
+  static uint32_t times(const uint32_t* m, uint32_t v) {
+    uint32_t r = 0;
+    for (int k = 0; v; v >>= 1, ++k)
+      if (v & 1) r ^= m[k];
+    return r;
+  }
+  uint32_t operator()(uint64_t c) const {
+    return t[0][c & 0xFF] ^ t[1][(c >> 8) & 0xFF] ^ t[2][(c >> 16) & 0xFF] ^
+           t[3][(c >> 24) & 0xFF];
+  }
+};
+
+// Eight streams of stream(k) bytes each, k in [kMinShift, kMaxShift] (192 B to 1 MiB), and
+// the shift over each length (56 KiB of tables, built once). A stream is 2^k bytes and one
+// cache line more: streams 2^k apart would all fall in the same L1 and L2 cache sets (3.9x
+// slower than one stream on a 150 KB buffer in cache); a line apart they are in 8 sets.
+constexpr int kMinShift = 7, kMaxShift = 20;
+
+constexpr size_t stream(int k) { return (size_t{1} << k) + 64; }
+
+struct Shifts {
+  Shift by[kMaxShift - kMinShift + 1];
+  Shifts() {
+    for (int k = kMinShift; k <= kMaxShift; ++k) by[k - kMinShift].build(stream(k));
+  }
+};
+
+const Shifts& shifts() {
+  static const Shifts table;
+  return table;
+}
+
+// The CRC register after c0, then 8 * Q bytes at p: eight streams over consecutive eighths,
+// joined by shifting the CRC so far over one eighth and xoring the next stream's. Eight,
+// not the three the instruction's latency needs: from memory, eight streams keep eight of
+// the hardware prefetcher's streams busy (W2's 150 KB records: 19.5 us -> 14 us per record).
+template <size_t Q>
+__attribute__((target("sse4.2"))) uint64_t crc32c_8way(const uint8_t* p, uint64_t c0,
+                                                        const Shift& shift) {
+  uint64_t c1 = 0, c2 = 0, c3 = 0, c4 = 0, c5 = 0, c6 = 0, c7 = 0;
+  auto word = [](const uint8_t* q) {
+    uint64_t w;
+    std::memcpy(&w, q, 8);
+    return w;
+  };
+  for (const uint8_t* end = p + Q; p < end; p += 8) {  // (an array of words went through
+    c0 = _mm_crc32_u64(c0, word(p));                      // the stack: 4x slower)
+    c1 = _mm_crc32_u64(c1, word(p + Q));
+    c2 = _mm_crc32_u64(c2, word(p + 2 * Q));
+    c3 = _mm_crc32_u64(c3, word(p + 3 * Q));
+    c4 = _mm_crc32_u64(c4, word(p + 4 * Q));
+    c5 = _mm_crc32_u64(c5, word(p + 5 * Q));
+    c6 = _mm_crc32_u64(c6, word(p + 6 * Q));
+    c7 = _mm_crc32_u64(c7, word(p + 7 * Q));
+  }
+  for (uint64_t next : {c1, c2, c3, c4, c5, c6, c7}) c0 = shift(c0) ^ next;
+  return c0;
+}
+
+using Streams = uint64_t (*)(const uint8_t*, uint64_t, const Shift&);
+constexpr Streams kStreams[] = {
+    crc32c_8way<stream(7)>,  crc32c_8way<stream(8)>,  crc32c_8way<stream(9)>,
+    crc32c_8way<stream(10)>, crc32c_8way<stream(11)>, crc32c_8way<stream(12)>,
+    crc32c_8way<stream(13)>, crc32c_8way<stream(14)>, crc32c_8way<stream(15)>,
+    crc32c_8way<stream(16)>, crc32c_8way<stream(17)>, crc32c_8way<stream(18)>,
+    crc32c_8way<stream(19)>, crc32c_8way<stream(20)>};
+static_assert(sizeof kStreams / sizeof kStreams[0] == kMaxShift - kMinShift + 1, "");
+
 __attribute__((target("sse4.2"))) uint32_t crc32c_sse42(const uint8_t* p, size_t n,
                                                          uint32_t crc) {
   uint64_t c = ~crc;
   while (n && (reinterpret_cast<uintptr_t>(p) & 7)) {
     c = _mm_crc32_u8(static_cast<uint32_t>(c), *p++);
     --n;
+  }
+  const Shifts& table = shifts();
+  while (n >= 8 * stream(kMinShift)) {  // eight streams as long as fit, at most ~1 MiB each
+    int k = 63 - __builtin_clzll(n / 8);
+    if (k > kMaxShift) k = kMaxShift;
+    if (8 * stream(k) > n) --k;
+    c = kStreams[k - kMinShift](p, c, table.by[k - kMinShift]);
+    p += 8 * stream(k);
+    n -= 8 * stream(k);
   }
   for (; n >= 8; n -= 8, p += 8) {
     uint64_t word;
@@ -75,8 +178,54 @@ __attribute__((target("sse4.2"))) uint32_t crc32c_sse42(const uint8_t* p, size_t
   return ~static_cast<uint32_t>(c);
 }
 
+__attribute__((target("sse4.1,pclmul"))) inline __m128i load(const uint8_t* q) {
+  return _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
+}
+
+// x's two halves carried ``k``'s distances further, onto ``next``.
+__attribute__((target("sse4.1,pclmul"))) inline __m128i fold(__m128i x, __m128i k,
+                                                            __m128i next) {
+  return _mm_xor_si128(
+      _mm_xor_si128(_mm_clmulepi64_si128(x, k, 0x00), _mm_clmulepi64_si128(x, k, 0x11)), next);
+}
+
+// CRC-32 (zlib's) by carry-less multiplication (PCLMULQDQ): four 128-bit lanes folded 64
+// bytes at a time, then into one lane, then a Barrett reduction to 32 bits. The constants
+// are x^k mod P for the fold distances, bit-reflected, as in Intel's white paper "Fast CRC
+// Computation for Generic Polynomials Using PCLMULQDQ" and Linux's crc32-pclmul. Takes and
+// returns the CRC register (no inversion); n >= 64 and a multiple of 16.
+__attribute__((target("sse4.1,pclmul"))) uint32_t crc32_fold(const uint8_t* p, size_t n,
+                                                             uint32_t c) {
+  const __m128i k1k2 = _mm_set_epi64x(0x1c6e41596, 0x154442bd4);  // fold by 512 bits
+  const __m128i k3k4 = _mm_set_epi64x(0x0ccaa009e, 0x1751997d0);  // fold by 128 bits
+  const __m128i k5 = _mm_set_epi64x(0, 0x163cd6124);              // 64 -> 32 bits
+  const __m128i poly = _mm_set_epi64x(0x1f7011641, 0x1db710641);  // mu, P (Barrett)
+  const __m128i mask32 = _mm_set_epi32(0, 0, 0, -1);
+  __m128i x1 = _mm_xor_si128(load(p), _mm_cvtsi32_si128(static_cast<int>(c)));
+  __m128i x2 = load(p + 16), x3 = load(p + 32), x4 = load(p + 48);
+  for (p += 64, n -= 64; n >= 64; p += 64, n -= 64) {
+    x1 = fold(x1, k1k2, load(p));
+    x2 = fold(x2, k1k2, load(p + 16));
+    x3 = fold(x3, k1k2, load(p + 32));
+    x4 = fold(x4, k1k2, load(p + 48));
+  }
+  x1 = fold(fold(fold(x1, k3k4, x2), k3k4, x3), k3k4, x4);
+  for (; n >= 16; p += 16, n -= 16) x1 = fold(x1, k3k4, load(p));
+  x1 = _mm_xor_si128(_mm_srli_si128(x1, 8), _mm_clmulepi64_si128(x1, k3k4, 0x10));
+  x1 = _mm_xor_si128(_mm_clmulepi64_si128(_mm_and_si128(x1, mask32), k5, 0x00),
+                     _mm_srli_si128(x1, 4));
+  __m128i t = _mm_and_si128(_mm_clmulepi64_si128(_mm_and_si128(x1, mask32), poly, 0x10), mask32);
+  t = _mm_xor_si128(_mm_clmulepi64_si128(t, poly, 0x00), x1);
+  return static_cast<uint32_t>(_mm_extract_epi32(t, 1));
+}
+
+bool have_pclmul() {
+  static const bool yes = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
+  return yes;
+}
+
 bool have_sse42() {
-  static const bool yes = __builtin_cpu_supports("sse4.2");
+  static const bool yes = __builtin_cpu_supports("sse4.2") && (shifts(), true);
   return yes;
 }
 #elif defined(EVS_CRC32C_ARM)
@@ -95,7 +244,16 @@ uint32_t crc32c_arm(const uint8_t* p, size_t n, uint32_t crc) {
 }  // namespace
 
 uint32_t crc32(const void* data, size_t n, uint32_t crc) {
-  return crc_tables(crc32_tables(), static_cast<const uint8_t*>(data), n, crc);
+  const uint8_t* p = static_cast<const uint8_t*>(data);
+#if defined(EVS_CRC32C_X86)
+  if (n >= 64 && have_pclmul()) {
+    const size_t body = n & ~size_t{15};
+    crc = ~crc32_fold(p, body, ~crc);
+    p += body;
+    n -= body;
+  }
+#endif
+  return crc_tables(crc32_tables(), p, n, crc);
 }
 
 uint32_t crc32c(const void* data, size_t n, uint32_t crc) {
@@ -118,9 +276,13 @@ bool crc32c_hardware() {
 #endif
 }
 
-// Exposed for the test of the portable path on machines with the instruction.
+// Exposed for the tests of the portable paths on machines with the instructions.
 uint32_t crc32c_portable(const void* data, size_t n, uint32_t crc) {
   return crc_tables(crc32c_tables(), static_cast<const uint8_t*>(data), n, crc);
+}
+
+uint32_t crc32_portable(const void* data, size_t n, uint32_t crc) {
+  return crc_tables(crc32_tables(), static_cast<const uint8_t*>(data), n, crc);
 }
 
 }  // namespace evalue_store

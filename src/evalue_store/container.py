@@ -8,13 +8,18 @@ from __future__ import annotations
 
 import os
 import struct
-import zlib
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-import crc32c as _crc32c
 import numpy as np
 
+try:
+    from . import _native
+except ImportError as exc:  # a source tree used without being built
+    raise ImportError(
+        "evalue_store._native is not built: install with `pip install -e .` (needs g++ and "
+        "the Python headers), or build in place with `python setup.py build_ext --inplace`"
+    ) from exc
 from .errors import (
     CHECKSUM,
     COMMIT,
@@ -80,12 +85,14 @@ def align_up(value: int, alignment: int) -> int:
     return (value + alignment - 1) & ~(alignment - 1)
 
 
-# A checksum function: (bytes-like, running value) -> u32, both C builtins that take any
-# contiguous buffer without a copy. CRC-32 (zlib's) is every 1.0 file's; CRC-32C (hardware
-# crc32 instructions on x86-64 and ARMv8) is the one of files with FLAG_CRC32C.
+# A checksum function: (bytes-like, running value) -> u32, taking any contiguous buffer
+# without a copy and releasing the GIL for big ones. CRC-32 (zlib's) is every 1.0 file's;
+# CRC-32C the one of files with FLAG_CRC32C. Both are evalue_store._native's (the C++
+# reader's code: SSE4.2 / ARMv8 CRC-32C, PCLMULQDQ CRC-32, tables elsewhere), equal to
+# zlib.crc32 and crc32c.crc32c and at least as fast at every size (benchmarks/crc_speed.py).
 Checksum = Callable[..., int]
-crc32: Checksum = zlib.crc32
-crc32c: Checksum = _crc32c.crc32c
+crc32: Checksum = _native.crc32
+crc32c: Checksum = _native.crc32c
 
 
 def checksum_function(flags: int) -> Checksum:

@@ -245,6 +245,7 @@ class Scan {
 uint32_t crc32(const void* data, size_t n, uint32_t crc = 0);   // zlib's
 uint32_t crc32c(const void* data, size_t n, uint32_t crc = 0);  // Castagnoli
 uint32_t crc32c_portable(const void* data, size_t n, uint32_t crc = 0);  // table-driven
+uint32_t crc32_portable(const void* data, size_t n, uint32_t crc = 0);   // table-driven
 bool crc32c_hardware();  // true when crc32c uses the CPU's instructions
 
 // Strict JSON check of docs/FORMAT.md section 7 (metadata); empty string when it passes.

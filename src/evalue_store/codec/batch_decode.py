@@ -17,8 +17,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..container import FRAME_CRC_AT, FRAME_LENGTH_AT
-from .crc_batch import checksums
+from ..checksums import checksum_ranges
+from ..container import FRAME_CRC_AT, FRAME_LENGTH_AT, FRAME_SIZE
 from .kinds import S_BOOL, S_BYTES, S_NONE, S_SCALAR, S_TENSOR, S_TEXT
 from .layout import Layout
 
@@ -35,10 +35,9 @@ class Plan:
     gathered per record: one contiguous run when that costs at most twice the words
     needed, as a strided view is gathered faster than by an index array), ``mask`` /
     ``expected`` (the structural bits of those words and their values), ``at`` (per slot:
-    its byte offset in a gathered row, or None when it is copied from the buffer itself),
-    ``place`` (per frame word: its byte offset in a gathered row, -1 if not gathered)."""
+    its byte offset in a gathered row, or None when it is copied from the buffer itself)."""
 
-    __slots__ = ("words", "run", "mask", "expected", "at", "place")
+    __slots__ = ("words", "run", "mask", "expected", "at")
 
     def __init__(self, layout: Layout):
         frame = layout.frame
@@ -62,10 +61,10 @@ class Plan:
         mask[layout.check_at] = 0xFF
         self.mask = mask.view("<u8")[self.words]
         self.expected = (padded & mask).view("<u8")[self.words]
-        self.place = np.full(n_words, -1, np.int64)
-        self.place[self.words] = np.arange(len(self.words)) * 8
+        place = np.full(n_words, -1, np.int64)  # per frame word: its offset in a gathered row
+        place[self.words] = np.arange(len(self.words)) * 8
         self.at = [
-            int(self.place[at // 8] + at % 8) if is_small else None
+            int(place[at // 8] + at % 8) if is_small else None
             for (_, _, at, _), is_small in zip(layout.slots, small)
         ]
 
@@ -79,11 +78,6 @@ class Plan:
         if rows <= 0 or int(frames.max()) >> 3 >= rows:
             return None
         return np.ndarray((rows, width), "<u8", buf, 0, (8, 8))[frames >> 3]
-
-    def row_bytes(self, at: np.ndarray) -> np.ndarray | None:
-        """Where frame bytes ``at`` are in a gathered row; None if one is not gathered."""
-        words = self.place[at // 8]
-        return None if (words < 0).any() else words + at % 8
 
 
 def _value_size(kind: int, detail: Any) -> int | None:
@@ -145,7 +139,7 @@ def decode_batch(
     if not ((rows[:, 0] >> np.uint64(32)) == crcs).all():  # word 0: magic, checksum
         return None
     if checksum is not None:
-        got = checksums(layout, plan, buf, u8, frames, rows, checksum)
+        got = checksum_ranges(checksum, buf, frames + FRAME_SIZE, layout.length)
         if not (got == crcs).all():
             return None
     columns: list[Any] = []

@@ -49,8 +49,6 @@ class Layout:
         "frame",
         "plan",
         "alignment",
-        "value_bytes",
-        "crc_tables",
     )
 
     def __init__(
@@ -75,8 +73,6 @@ class Layout:
         self.frame = frame
         self.plan: Any = None  # batch_decode.Plan, made by the first batch of this layout
         self.alignment = alignment  # of the file: frames and tensor data start at multiples
-        self.value_bytes = self.size - len(self.check_at) - (FRAME_LENGTH_AT - FRAME_CRC_AT)
-        self.crc_tables: Any = None  # crc_batch.Tables, made by the first batch that wants them
 
     def decode(self, buf: Any, frame: int, crc: int, typed: dict | None = None) -> list | None:
         """The record's values, or None when this record does not have this layout.

@@ -2,7 +2,8 @@
 
 The layers: ``Column`` (a user's column) -> ``column_layout`` (the first record's layout,
 and each column's bytes for it) or ``encode_rows`` -> ``append_columns`` (frames built
-CHUNK_BYTES at a time and written as ``append`` writes, all or nothing).
+CHUNK_BYTES at a time and written as ``append`` writes, all or nothing; a plain file's
+batches by a second thread while the next one is encoded: pipeline.py).
 
 A column is one field's values for all N records:
 
@@ -15,8 +16,9 @@ A column is one field's values for all N records:
 The records are exactly those ``append`` would write, row by row (the file is byte for
 byte the same). When every record has the first record's layout (codec.layout: tensors of
 one dtype and shape, strings of one encoded length...) their frames are built many at a
-time in one numpy buffer (codec.batch.encode_batch); otherwise each record is encoded on
-its own.
+time in one numpy buffer (codec.batch.encode_batch), the one the write goes from; the
+writer keeps it, with its layout, for the next batch of that layout (``extend`` sends
+batch after batch). Otherwise each record is encoded on its own.
 """
 
 from __future__ import annotations
@@ -27,11 +29,13 @@ from typing import Any
 import numpy as np
 
 from ..codec import compile_layout, encode_record
-from ..codec.batch import encode_batch
+from ..codec.batch import encode_batch, frame_buffer
 from ..codec.kinds import S_BOOL, S_BYTES, S_NONE, S_SCALAR, S_TENSOR, S_TEXT
+from ..codec.layout import Layout
 from ..container import ENTRY, ENTRY_DTYPE, FRAME_SIZE
 from ..errors import EncodeError
 from ..values import INT64_MAX, Kind, Typed, _is_torch_tensor, as_array
+from .pipeline import WriteBehind
 
 _SCALAR_KINDS = {"i": int, "u": int, "f": float, "b": bool}
 CHUNK_BYTES = 4 << 20  # frames built and written at a time (they stay in the CPU's cache)
@@ -111,11 +115,19 @@ def _items_block(items: list, kind: int, size: Any) -> np.ndarray | None:
     if kind not in (S_TEXT, S_BYTES):
         return None
     want = str if kind == S_TEXT else bytes
-    if {type(item) for item in items} != {want}:
+    if set(map(type, items)) != {want}:
         return None
-    data = [item.encode("utf-8") for item in items] if want is str else items
-    joined = b"".join(data)
-    if len(joined) != len(items) * size or {len(d) for d in data} != {size}:
+    data = items
+    if want is str:
+        text = "".join(items)
+        if text.isascii():  # one byte per character
+            joined = text.encode("ascii")
+        else:
+            data = [item.encode("utf-8") for item in items]
+            joined = b"".join(data)
+    else:
+        joined = b"".join(items)
+    if len(joined) != len(items) * size or set(map(len, data)) != {size}:
         return None
     return np.frombuffer(joined, np.uint8).reshape(len(items), size)
 
@@ -146,12 +158,23 @@ def columns_of(columns: Mapping[Any, Any]) -> tuple[Any, int]:
     return record, counts.pop()
 
 
-def column_layout(columns: list[Column], alignment: int, checksum: Any) -> tuple[Any, list] | None:
+def column_layout(
+    columns: list[Column], alignment: int, checksum: Any, known: Layout | None = None
+) -> tuple[Layout, list] | None:
     """The first record's layout and each column's bytes for it ([N, width] uint8, None
-    for a value without bytes), or None when the records do not all share that layout."""
+    for a value without bytes), or None when the records do not all share that layout.
+    ``known``: a layout the first record may have (the last batch's), used if it does,
+    instead of compiling the same again."""
     chunks, length, _ = encode_record([c.row(0) for c in columns], alignment, checksum)
     frame = b"".join(bytes(memoryview(chunk).cast("B")) for chunk in chunks)
-    layout = compile_layout(memoryview(frame), 0, length, alignment)
+    if (
+        known is not None
+        and FRAME_SIZE + length == known.size
+        and known.structure(known.unpack(frame)) == known.expected
+    ):
+        layout: Layout | None = known  # the same structural bytes: compiling gives the same
+    else:
+        layout = compile_layout(memoryview(frame), 0, length, alignment)
     if layout is None or len(layout.slots) != len(columns):
         return None
     blocks = []
@@ -186,30 +209,18 @@ def append_columns(writer: Any, columns: Mapping[Any, Any]) -> range:
     first = len(writer)
     if count == 0:
         return range(first, first)
-    built = column_layout(ordered, writer.alignment, writer._checksum)
+    known = writer._column_frames[0] if writer._column_frames else None
+    built = column_layout(ordered, writer.alignment, writer._checksum, known)
     rows = None
     if built is None:  # each record encoded on its own, before anything is written
         rows = encode_rows(ordered, count, writer.alignment, writer._checksum)
-    sink = writer._sink
     offset = writer._align()
     pending = len(writer._pending)
     try:
         if built is not None:
-            layout, blocks = built
-            stride = -(-layout.size // writer.alignment) * writer.alignment
-            step = max(1, CHUNK_BYTES // stride)
-            for lo in range(0, count, step):
-                n = min(step, count - lo)
-                part = [None if b is None else b[lo : lo + n] for b in blocks]
-                frames, crcs = encode_batch(layout, part, n, writer.alignment, writer._checksum)
-                _write_frames(sink, memoryview(frames.reshape(-1)), n, layout.size, stride)
-                entries = np.zeros(n, ENTRY_DTYPE)
-                at = offset + lo * stride
-                entries["offset"] = np.arange(at, at + n * stride, stride)
-                entries["length"] = layout.length
-                entries["crc"] = crcs
-                writer._pending += entries.tobytes()
+            _write_batches(writer, *built, count, offset)
         else:
+            sink = writer._sink
             for chunks, length, crc in rows:
                 at = sink.pos
                 sink.begin_block(FRAME_SIZE + length)
@@ -222,3 +233,49 @@ def append_columns(writer: Any, columns: Mapping[Any, Any]) -> range:
         raise
     writer._record_appended(fixed)
     return range(first, first + count)
+
+
+def _write_batches(writer: Any, layout: Layout, blocks: list, count: int, offset: int) -> None:
+    """``count`` records of one layout from ``offset`` on, CHUNK_BYTES of frames at a time,
+    each batch encoded into a buffer and written from it. When there are several batches
+    of a plain file, a second thread writes each while this one encodes the next
+    (pipeline.WriteBehind); it has stopped writing when this returns or raises."""
+    alignment, sink = writer.alignment, writer._sink
+    stride = -(-layout.size // alignment) * alignment
+    step = max(1, min(count, CHUNK_BYTES // stride))
+    buffers = [_frame_buffer(writer, layout, step)]
+    behind = None
+    if count > step and not sink.compressed:
+        buffers += [frame_buffer(layout, step, alignment) for _ in range(2)]
+        behind = WriteBehind(sink, buffers, _write_frames)
+    try:
+        for lo in range(0, count, step):
+            n = min(step, count - lo)
+            frames = buffers[0] if behind is None else behind.buffer()
+            part = [None if b is None else b[lo : lo + n] for b in blocks]
+            crcs = encode_batch(layout, part, frames[:n], writer._checksum)
+            if behind is None:
+                _write_frames(sink, memoryview(frames[:n].reshape(-1)), n, layout.size, stride)
+            else:
+                behind.write(frames, n, layout.size, stride)
+            entries = np.zeros(n, ENTRY_DTYPE)
+            at = offset + lo * stride
+            entries["offset"] = np.arange(at, at + n * stride, stride)
+            entries["length"] = layout.length
+            entries["crc"] = crcs
+            writer._pending += entries.tobytes()
+        if behind is not None:
+            behind.finish()
+    except BaseException:
+        if behind is not None:
+            behind.cancel()  # its thread has stopped writing before the file is cut back
+        raise
+
+
+def _frame_buffer(writer: Any, layout: Layout, rows: int) -> np.ndarray:
+    """A frame_buffer of ``rows`` frames of ``layout``: the writer keeps the last one made,
+    so that batch after batch of one layout (``extend``'s) has its structure written once."""
+    kept = writer._column_frames
+    if kept is None or kept[0] is not layout or len(kept[1]) < rows:
+        kept = writer._column_frames = layout, frame_buffer(layout, rows, writer.alignment)
+    return kept[1][:rows]

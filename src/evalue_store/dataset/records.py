@@ -17,6 +17,7 @@ import numpy as np
 
 from .. import bounded
 from ..bounded import SHADOWED
+from ..checksums import checksum_ranges
 from ..codec import compile_layout, decode_payload
 from ..container import ENTRY, ENTRY_DTYPE, ENTRY_SIZE, FRAME_SIZE, check_frame
 from ..errors import CHECKSUM, INDEX, LIMIT, OUT_OF_BOUNDS, ClosedError, FormatError
@@ -373,12 +374,11 @@ class Records:
         crcs = entries["crc"]
         records, bad = layout.decode_run(buf, offset, stride, count, crcs)
         if self._crc_on_read:
-            checksum = self._checksum
             at = offset + FRAME_SIZE
-            sums = [checksum(buf[a : a + length]) for a in range(at, at + count * stride, stride)]
-            crcs = crcs.tolist()
-            if sums != crcs:
-                wrong = [j for j, (got, crc) in enumerate(zip(sums, crcs)) if got != crc]
+            starts = np.arange(at, at + count * stride, stride, dtype=np.int64)
+            sums = checksum_ranges(self._checksum, buf, starts, length)
+            if not (sums == crcs).all():
+                wrong = np.flatnonzero(sums != crcs).tolist()
                 for j in wrong:
                     records[j] = None
                 bad = sorted({*bad, *wrong})

@@ -55,8 +55,11 @@ def _disown_writers() -> None:
     using one would interleave the two processes' bytes. They refuse to, and closing or
     collecting them leaves the parent's file alone. The child's copy of the descriptor is
     closed at once: the lock goes only with the last descriptor of the open file, so a child
-    that keeps it would hold the file locked after the parent closed its writer."""
+    that keeps it would hold the file locked after the parent closed its writer. Each gets a
+    new mutex: the copy may be held by a parent's thread that the child does not have (one
+    that was appending when another forked), and every call would wait for it forever."""
     for writer in list(_LIVE_WRITERS):
+        writer._mutex = threading.RLock()
         writer._foreign = True
         writer._release()
         writer._failed = (
@@ -141,6 +144,7 @@ class Writer(WriterFields, Appending):
         self._fd = -1
         self._failed = ""  # why the writer cannot go on, after a write it could not undo
         self._inflight: Commit | None = None  # a commit whose footer write has begun
+        self._column_frames: tuple | None = None  # columns.append_columns' last layout, buffer
         self._mutex = threading.RLock()
         self._pid = os.getpid()
         self._foreign = False  # inherited by a forked child: never touch the file
@@ -233,6 +237,7 @@ class Writer(WriterFields, Appending):
         info = f"evalue_store {__version__}"
         header = encode_header(alignment, self.file_id, time.time_ns(), info, self._new_flags)
         self._sink: Any = new_sink(self._fd, compression, dictionary, **self._zstd)
+        self._start_writeback()
         self._commit = empty_commit(len(header))
         self._sink.write(header, len(header))
         self._metadata_dirty = True
@@ -260,6 +265,7 @@ class Writer(WriterFields, Appending):
         if state.keep < size:
             os.ftruncate(self._fd, state.keep)
         self._sink = state.sink(self._fd, **self._zstd)
+        self._start_writeback()
         for offset, length, crc in state.found:
             self._pending += ENTRY.pack(offset, length, crc, 0)
         if state.found or self._commit.number == 0:
@@ -281,6 +287,12 @@ class Writer(WriterFields, Appending):
                     f"{self.path} has {name}={have[name]!r}, and appending keeps it: "
                     f"{name}={asked[name]!r} cannot apply (leave it out, or write a new file)"
                 )
+
+    def _start_writeback(self) -> None:
+        """A durable writer's plain sink starts the writeback of what it wrote as it goes
+        (PlainSink.writeback), so that a commit's fsync has less left to wait for."""
+        if not self._sink.compressed:
+            self._sink.writeback = self.durable
 
     def _use_flags(self, flags: int) -> None:
         self._checksum = checksum_function(flags)  # every checksum this writer computes

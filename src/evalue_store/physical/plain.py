@@ -37,6 +37,7 @@ from ..container import (
     open_container,
 )
 from ..errors import TRUNCATED, FormatError
+from ..files import start_writeback
 from .salvage import Salvage, scan_tail, side_file
 
 CHUNK = 1 << 20  # bytes per piece of a sequential pass
@@ -199,11 +200,17 @@ def open_plain(fd: int, size: int, backend: str) -> tuple[Any, Header, Commit]:
 
 
 class PlainSink:
-    """Writes the logical bytes straight to the file (the uncompressed container)."""
+    """Writes the logical bytes straight to the file (the uncompressed container).
+
+    ``writeback`` (set by a durable writer): every WRITEBACK_BYTES written, the kernel is
+    asked to start writing them to the disk (``files.start_writeback``), so that the
+    commit's fsync finds most of them there instead of writing them all while the
+    caller waits."""
 
     compressed = False
     FLUSH_BYTES = 4 << 20  # buffer small writes up to this much before a write(2)
     DIRECT_BYTES = 1 << 20  # writes at least this large skip the buffer
+    WRITEBACK_BYTES = 8 << 20
 
     def __init__(self, fd: int, pos: int):
         self.fd = fd
@@ -211,11 +218,20 @@ class PlainSink:
         self.buf = bytearray(self.FLUSH_BYTES)  # allocated once: [0, fill) waits for a write(2)
         self.fill = 0
         self.marker: tuple[int, bytes] | None = None  # (file offset, bytes) of the last footer
+        self.writeback = False
+        self.written_back = pos  # writeback was started for the bytes before this
+
+    def _wrote(self, end: int) -> None:
+        """Bytes up to file offset ``end`` are written."""
+        if self.writeback and end - self.written_back >= self.WRITEBACK_BYTES:
+            start_writeback(self.fd, self.written_back, end - self.written_back)
+            self.written_back = end
 
     def write(self, data: Any, size: int) -> None:
         if size >= self.DIRECT_BYTES:
             self.flush()
             pwrite_all(self.fd, memoryview(data).cast("B"), self.pos)
+            self._wrote(self.pos + size)
         else:
             if self.fill + size > self.FLUSH_BYTES:
                 self.flush()
@@ -244,6 +260,7 @@ class PlainSink:
         os.ftruncate(self.fd, min(pos, buffered_from))
         self.fill = max(0, pos - buffered_from)
         self.pos = pos
+        self.written_back = min(self.written_back, pos)
         return True
 
     def flush(self) -> None:
@@ -251,6 +268,7 @@ class PlainSink:
             with memoryview(self.buf) as view:
                 pwrite_all(self.fd, view[: self.fill], self.pos - self.fill)
             self.fill = 0
+            self._wrote(self.pos)
 
     def end_commit(self, footer: bytes, sync: Any) -> None:
         """Write the footer (the last ``len(footer)`` logical bytes): the commit's marker,
