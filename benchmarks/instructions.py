@@ -17,7 +17,7 @@ benchmark adapters, so the code is run.py's):
   ``collate(EValueDataset.__getitems__(indices))``, against an in-memory TensorDataset's
   samples through torch's ``default_collate`` (as benchmarks/bench_loader.py).
 
-Usage: python benchmarks/instructions.py [--cache-sim] [--out DIR] [--name NAME]
+Usage: python benchmarks/instructions.py [--cache-sim] [--only CASE...] [--out DIR] [--name NAME]
 Needs valgrind. Results: <out>/<name>.json and .md (default benchmarks/results/instructions).
 """
 
@@ -148,12 +148,14 @@ def cases() -> list[tuple[str, int]]:
     return found + [(f"batch:W1:{name}", BATCHES) for name in ("TensorDataset", "EValueDataset")]
 
 
-def run(cache_sim: bool) -> dict:
+def run(cache_sim: bool, only: list[str] | None = None) -> dict:
     work = Path(tempfile.mkdtemp(prefix="instructions-"))
     try:
         prepare(work)
         rows = {}
         for case, n in cases():
+            if only and case not in only:
+                continue
             rows[case] = count(case, work, n, cache_sim)
             print(case, {k: round(v) for k, v in rows[case].items()}, flush=True)
     finally:
@@ -192,10 +194,10 @@ def to_markdown(report: dict) -> str:
     ]
     for case, row in rows.items():
         kind, workload, name = case.split(":")
-        base = f"{kind}:{workload}:" + ("TensorDataset" if kind == "batch" else "floor")
-        ratio = row["instructions"] / rows[base]["instructions"]
+        base = rows.get(f"{kind}:{workload}:" + ("TensorDataset" if kind == "batch" else "floor"))
+        ratio = f"{row['instructions'] / base['instructions']:.2f}" if base else "–"
         cells = " | ".join(f"{row[c]:,.0f}" for c in counters)
-        lines.append(f"| {kind} {workload} {name} | {cells} | {ratio:.2f} |")
+        lines.append(f"| {kind} {workload} {name} | {cells} | {ratio} |")
     return "\n".join(lines) + "\n"
 
 
@@ -204,6 +206,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cache-sim", action="store_true", help="also L1 misses (slower)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--name", default="instructions")
+    parser.add_argument("--only", nargs="+", help="these cases only (e.g. get:W2:floor)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--work", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--count", type=int, help=argparse.SUPPRESS)
@@ -213,7 +216,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     if shutil.which("valgrind") is None:
         sys.exit("valgrind is not installed")
-    report = run(args.cache_sim)
+    report = run(args.cache_sim, args.only)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{args.name}.json").write_text(json.dumps(report, indent=1))
     (args.out / f"{args.name}.md").write_text(to_markdown(report))

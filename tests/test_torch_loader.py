@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import json
+import shutil
 import warnings
 
 import numpy as np
@@ -153,3 +154,15 @@ def test_loader_benchmark_runs(tmp_path):
         assert all(row[f"rec_per_s_{w}w"] > 0 and row[f"cpu_us_per_batch_{w}w"] > 0 for w in (0, 2))
     assert "worker_rss_growth_mib" in rows[bench_loader.EVALUE_MAP]  # the memory probe ran
     assert "| evalue_store EValueDataset |" in (tmp_path / "loader.md").read_text()
+
+
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind not installed")
+def test_instructions_benchmark_runs(tmp_path):
+    """benchmarks/instructions.py, one case: callgrind counts it, the table is written."""
+    from benchmarks import instructions
+
+    cases = ["get:W2:floor", "get:W2:evalue_store_noverify"]
+    instructions.main(["--only", *cases, "--out", str(tmp_path)])
+    rows = json.loads((tmp_path / "instructions.json").read_text())["results"]
+    assert list(rows) == cases and all(row["instructions"] > 1000 for row in rows.values())
+    assert "| get W2 evalue_store_noverify |" in (tmp_path / "instructions.md").read_text()
