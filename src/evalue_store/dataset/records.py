@@ -180,9 +180,10 @@ class Records:
         boolean mask (numpy's rules, see ``evalue_store.dataset.indexing``)."""
         mapped = self._mapped
         if mapped is not None and type(index) is int:
-            # A plain mapped file: ``_record`` with its layers inlined (the per-record path).
-            # A record that fails a check, or has no layout yet, goes through ``_read``,
-            # which says what is wrong.
+            # A plain mapped file: ``_record`` with its layers inlined (the per-record path;
+            # no closure in this function, so ``self`` stays a plain local). A record that
+            # fails a check, or has no layout yet, goes through ``_read``, which says what
+            # is wrong.
             view, typed, first, mask, start, reach, crc_on, checksum, layouts, n = mapped
             if -n <= index < n:
                 i = index + n if index < 0 else index
@@ -203,7 +204,10 @@ class Records:
                 ):
                     record = self._read(i, offset, length, crc)  # raises
                 else:
-                    layout = layouts.get(length)
+                    try:
+                        layout = layouts[length]
+                    except KeyError:  # not learned yet
+                        layout = None
                     record = None if layout is None else layout.decode(view, offset, crc, typed)
                     if record is None:
                         record = self._read(i, offset, length, crc, checked=True)
@@ -235,6 +239,10 @@ class Records:
                         if record is None:
                             record = self._decode(i, buf, pos, offset, length, crc)
                 return to_dict(record, self._dict_names()) if self.as_dict else record
+        return self._index(index)
+
+    def _index(self, index: Index) -> Any:
+        """``self[index]`` for any index and source."""
         self._ensure_open()
         where = indexing.normalize(index, self._len)
         if isinstance(where, int):
