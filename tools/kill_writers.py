@@ -322,8 +322,8 @@ def kill_campaign(
             evs.Writer(path, compression=compression, frame_size=4096).close()
         trial_seed = seed * 1_000_003 + trial
         total.add(run_trial(path, trial_seed, rng, compression, spawn=spawn, max_delay=max_delay))
-        if trial % per_file == per_file - 1:
-            os.remove(path)
+        if trial % per_file == per_file - 1 and os.path.exists(path):
+            os.remove(path)  # (a file no writer got to name: every kill came before its rename)
     return total
 
 
