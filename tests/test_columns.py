@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import _thread
 import errno
+import signal
+import sys
 import threading
 import time
 
@@ -370,6 +372,70 @@ def test_an_interrupt_of_the_encoding_thread_appends_nothing(
         writer.extend_columns(w1_columns(5, seed=1))
     with evs.open(path) as ds:
         assert len(ds) == 15 and ds.verify().ok and ds.uncommitted_bytes == 0
+
+
+def _waits_in(ident: int, name: str) -> bool:
+    """Whether thread ``ident`` is inside a call of ``name`` and below it (waiting)."""
+    frame = sys._current_frames().get(ident)
+    if frame is None or frame.f_code.co_name == name:
+        return False
+    while frame is not None and frame.f_code.co_name != name:
+        frame = frame.f_back
+    return frame is not None
+
+
+def test_a_sigint_while_the_caller_waits_for_the_writes_raises_once_they_have_stopped(
+    tmp_path, monkeypatch, small_batches
+):
+    """A real SIGINT reaches the calling thread while it waits for the last batch's write
+    (which this test holds up): the call raises only after that write has returned, and
+    appends nothing, so the records appended next are not overwritten. Thread.join of
+    Python 3.11 returns at once after an interrupt of its wait, while the thread writes on."""
+    path = tmp_path / "sigint.evs"
+    real = plain.pwrite_all
+    main = threading.main_thread().ident
+    handled, raised = threading.Event(), threading.Event()
+    events: list = []
+    batches = {"n": 0}
+
+    def pwrite_all(fd, data, offset):
+        if threading.current_thread().name == "evalue_store-write":
+            batches["n"] += 1
+            if batches["n"] == 59:  # the last batch: 700 = 58 * 12 + 4 records
+                while not _waits_in(main, "finish"):
+                    time.sleep(0.001)
+                signal.pthread_kill(main, signal.SIGINT)  # interrupts the caller's wait
+                handled.wait()
+                raised.wait(2)  # time for a caller that did not wait to go on (none should)
+            real(fd, data, offset)
+            events.append("wrote")
+            return None
+        return real(fd, data, offset)
+
+    def on_sigint(signum, frame):
+        handled.set()
+        raise KeyboardInterrupt
+
+    with evs.Writer(path) as writer:
+        writer.extend_columns(w1_columns(10))
+        writer.commit()
+        size = path.stat().st_size
+        monkeypatch.setattr(plain, "pwrite_all", pwrite_all)
+        previous = signal.signal(signal.SIGINT, on_sigint)
+        try:
+            writer.extend_columns(w1_columns(700))
+        except KeyboardInterrupt:
+            events.append("raised")
+            raised.set()
+        finally:
+            signal.signal(signal.SIGINT, previous)
+        monkeypatch.setattr(plain, "pwrite_all", real)
+        assert events == ["wrote"] * 59 + ["raised"]  # no write after the call raised
+        assert len(writer) == 10 and size <= path.stat().st_size <= -(-size // 64) * 64
+        assert not writing_behind()
+        writer.extend_columns(w1_columns(700, seed=1))
+    with evs.open(path) as ds:
+        assert len(ds) == 710 and ds.verify().ok and ds.uncommitted_bytes == 0
 
 
 def test_batches_written_behind_interrupted_at_every_call_keep_all_or_none(tmp_path, small_batches):
