@@ -32,8 +32,8 @@ def body(path) -> bytes:
 
 def rows_of(columns: dict, n: int) -> list:
     def value(column, k):
-        if isinstance(column, evs.Typed):
-            return column.value[k]
+        if isinstance(column, evs.Typed):  # evs.Tensor: row k is a tensor, 0-d for a 1-D one
+            return column.value[k, ...]
         if isinstance(column, torch.Tensor):
             return column[k]
         if isinstance(column, np.ndarray) and column.ndim == 1 and column.dtype.kind in "iufb":
@@ -105,6 +105,22 @@ def test_columns_of_every_kind(tmp_path):
         "objects": np.array([f"o{k}" if k % 3 else None for k in range(n)], dtype=object),
     }
     assert_same_file(tmp_path, columns, n)
+
+
+@pytest.mark.parametrize(
+    "column",
+    [np.arange(30), np.arange(30, dtype=np.float32), torch.arange(30), torch.ones(30).bool()],
+)
+def test_a_1d_column_wrapped_in_tensor_is_0d_tensors(tmp_path, column):
+    """README: "wrap a 1-D array in evs.Tensor(...) for 0-d tensors": the records are
+    those appending evs.Tensor(row k) writes, a 0-d tensor each (alone, the column has
+    one layout; next to a list of strings of several lengths, it is encoded row by row)."""
+    for extra in ({}, {"s": ["x" * (k % 3) for k in range(30)]}):
+        path = assert_same_file(tmp_path, {"t": evs.Tensor(column), **extra}, 30)
+        with evs.open(path) as ds:
+            values = [ds[k][0] for k in range(30)]
+        assert all(isinstance(v, np.ndarray) and v.shape == () for v in values)
+        assert [v.item() for v in values] == np.asarray(column).tolist()
 
 
 @pytest.mark.parametrize(

@@ -84,8 +84,9 @@ class Column:
     def row(self, k: int) -> Any:
         if self.items is not None:
             return self.items[k]
-        value = self.array[k]
-        return value if self.scalar is None else self.scalar(value)
+        if self.scalar is not None:
+            return self.scalar(self.array[k])
+        return self.array[k, ...]  # an array: 0-d for a 1-D column wrapped in evs.Tensor
 
     def block(self, slot: Any) -> np.ndarray | None:
         kind, _, _, detail = slot
