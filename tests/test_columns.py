@@ -158,6 +158,10 @@ def test_appends_go_on_after_columns(tmp_path):
         ({"a": np.array([1, 2**63], np.uint64)}, "row 1"),
         ({"a": np.float32(3)}, "not float32"),
         ({"a": [1, 2, object()]}, "no EValue kind"),
+        ({"a": np.array([[1, 2], [3, 4]], object)}, "column 'a': numpy dtype object has no"),
+        ({"a": np.empty((3, 2), object)}, "column 'a': numpy dtype object has no"),
+        ({"a": np.array([["x"], ["y"]])}, "column 'a': numpy dtype <U1 has no"),
+        ({"a": evs.Tensor(np.array([1, 2], object))}, "column 'a': numpy dtype object has no"),
     ],
 )
 def test_bad_columns_append_nothing(tmp_path, columns, message):

@@ -10,8 +10,9 @@ A column is one field's values for all N records:
 * a numpy array or torch tensor of shape [N, ...] with at least 2 dimensions: a Tensor
   per record (row k); wrap a 1-D array in ``evs.Tensor(...)`` for 0-d tensors;
 * a 1-D integer / floating / bool array: an Int / Double / Bool per record;
-* a list or tuple of N values of any kind (strings, bytes, None...), or a numpy string or
-  object array: value k per record, as ``append`` would store it.
+* a list or tuple of N values of any kind (strings, bytes, None...), or a 1-D numpy string
+  or object array: value k per record, as ``append`` would store it (such an array of more
+  dimensions is refused, as ``append`` refuses its rows).
 
 The records are exactly those ``append`` would write, row by row (the file is byte for
 byte the same). When every record has the first record's layout (codec.layout: tensors of
@@ -55,6 +56,11 @@ class Column:
         if force_tensor:
             value = value.value
         if isinstance(value, np.ndarray) and value.dtype.kind in "SUO":  # values, not numbers
+            if value.ndim != 1 or force_tensor:  # rows that append refuses as tensors
+                raise EncodeError(
+                    f"column {key!r}: numpy dtype {value.dtype} has no ExecuTorch ScalarType "
+                    "(its rows cannot be tensors; a 1-D array of it is a column of values)"
+                )
             value = value.tolist()
         if isinstance(value, np.ndarray) or _is_torch_tensor(value):
             array = as_array(value) if value.ndim > 1 or force_tensor else np.asarray(value)
