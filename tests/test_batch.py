@@ -162,6 +162,27 @@ def test_unnamed_records_of_every_kind(tmp_path):
             assert_batch(got, expected(ds, list(indices)))
 
 
+@pytest.mark.parametrize("compression", [None, "zstd"])
+def test_0d_tensors_in_a_batch_of_several_layouts(tmp_path, compression):
+    """A 0-d tensor field stacks to [B] on the record-by-record path too (strings of
+    several lengths make several layouts), in get_batch and in the torch dataset."""
+    from evalue_store.torch import EValueDataset
+
+    path = tmp_path / "zero_d.evs"
+    with evs.Writer(path, compression=compression) as writer:
+        for i in range(5):
+            writer.append([np.array(i, np.int32), "x" * i])
+    with evs.open(path) as ds:
+        got = ds.get_batch([0, 1, 2])
+        assert_batch(got, expected(ds, [0, 1, 2]))
+        assert_same_value(got[0], np.array([0, 1, 2], np.int32))
+        out = np.empty(3, np.int32)
+        assert ds.get_batch([4, 0, 3], out={0: out})[0] is out
+        assert out.tolist() == [4, 0, 3]
+    samples = EValueDataset(str(path)).__getitems__([0, 1, 2])
+    assert [int(s[0]) for s in samples] == [0, 1, 2] and [s[1] for s in samples] == ["", "x", "xx"]
+
+
 def test_same_layout_records_with_dim_order_and_bools(tmp_path):
     """One layout for every record (the column-by-column path): a dim-order tensor comes
     back stacked and C-ordered, Bool fields as a bool array."""

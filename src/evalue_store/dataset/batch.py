@@ -303,8 +303,8 @@ def _stack(values: list, k: int, alloc: Allocator) -> Any:
         spec = (first.dtype, first.shape)
         if all(type(v) is np.ndarray and (v.dtype, v.shape) == spec for v in values):
             out = alloc(k, first.shape, first.dtype)
-            for row, value in zip(out, values):
-                row[...] = value
+            for j, value in enumerate(values):
+                out[j] = value  # (a row of a [B] array is a scalar, not a view)
             return out
         alloc.refuse_list(k, "tensors of different shapes or dtypes")
         return values
