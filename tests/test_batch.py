@@ -265,6 +265,30 @@ def test_out_buffers_that_do_not_fit(w1_path, out, message):
         ds.get_batch([9, 2, 2000], out=out)
 
 
+def test_an_empty_batch_holds_the_out_buffers(tmp_path, w1_path):
+    """get_batch([]) with out: B = 0, so a buffer [0, ...] fits and comes back as given;
+    one that holds rows is refused naming the field. Unnamed and sharded files too."""
+    tokens, labels = np.empty((0, 128), np.int64), torch.empty(0, dtype=torch.int64)
+    with evs.open(w1_path) as ds:
+        got = ds.get_batch([], out={"tokens": tokens, "label": labels})
+        assert got["tokens"] is tokens and got["label"] is labels
+        assert got["features"] == [] and got["id"] == []
+        with pytest.raises(ValueError, match=r"field 'label': shape \[1\], the batch has 0"):
+            ds.get_batch([], out={"label": np.empty(1, np.int64)})
+        with pytest.raises(ValueError, match="field 'label': shape"):
+            ds.get_batch(np.zeros(len(ds), bool), out={"label": np.empty((), np.int64)})
+    path = tmp_path / "unnamed.evs"
+    with evs.Writer(path) as writer:
+        writer.append([np.ones(3), 1])
+    with evs.open(path) as ds:
+        assert ds.get_batch([], out={1: labels}) == [[], labels]
+    path = tmp_path / "named.evs"
+    with evs.Writer(path) as writer:
+        writer.append(w1(0, np.random.default_rng(0)))
+    with evs.open_shards([str(w1_path), str(path)]) as sds:
+        assert sds.get_batch([], out={"tokens": tokens})["tokens"] is tokens
+
+
 def test_read_only_out_buffer(w1_path):
     labels = np.empty(2, np.int64)
     labels.setflags(write=False)
