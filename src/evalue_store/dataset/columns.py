@@ -113,7 +113,21 @@ class Column:
             return None  # rows stored after a conversion: record by record
         if not nbytes:
             return np.zeros((count, 0), np.uint8)
-        return np.ascontiguousarray(array).reshape(count, -1).view(np.uint8).reshape(count, nbytes)
+        if not array.flags.c_contiguous:  # a slice of a bigger array, a broadcast: not copied
+            return _Rows(array, nbytes)
+        return array.reshape(count, -1).view(np.uint8).reshape(count, nbytes)
+
+
+class _Rows:
+    """The bytes of the rows of a tensor column that is not C-contiguous, gathered batch
+    by batch (``rows[lo:hi]``), so that the memory a write needs stays about a batch."""
+
+    def __init__(self, array: np.ndarray, nbytes: int):
+        self.array, self.nbytes = array, nbytes
+
+    def __getitem__(self, rows: slice) -> np.ndarray:
+        part = np.ascontiguousarray(self.array[rows])
+        return part.reshape(len(part), -1).view(np.uint8).reshape(len(part), self.nbytes)
 
 
 def _items_block(items: list, kind: int, size: Any) -> np.ndarray | None:
@@ -168,8 +182,9 @@ def columns_of(columns: Mapping[Any, Any]) -> tuple[Any, int]:
 def column_layout(
     columns: list[Column], alignment: int, checksum: Any, known: Layout | None = None
 ) -> tuple[Layout, list] | None:
-    """The first record's layout and each column's bytes for it ([N, width] uint8, None
-    for a value without bytes), or None when the records do not all share that layout.
+    """The first record's layout and each column's bytes for it ([N, width] uint8, or
+    _Rows giving them for a slice of the records; None for a value without bytes), or
+    None when the records do not all share that layout.
     ``known``: a layout the first record may have (the last batch's), used if it does,
     instead of compiling the same again."""
     chunks, length, _ = encode_record([c.row(0) for c in columns], alignment, checksum)
