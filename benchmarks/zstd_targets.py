@@ -4,8 +4,9 @@ bytes, W1 random get against our plain get (and ArrayRecord zstd's, when install
 
 Run: python benchmarks/zstd_targets.py [--quick] [--counts 100000,10000000] [--keep DIR]
 (quick: 2k W1 records, 10k/100k points; --keep: scaling files are written to DIR once and
-reused by later runs). Besides the defaults, W1 is also measured with the frame settings
-before issue 13 (8 KiB, level 3) and with a trained dictionary; the scaling points are also
+reused by later runs). Besides the defaults, W1 is also measured with the defaults before
+(4 KiB frames, no dictionary; 8 KiB at level 3 before issue 13), with 2 KiB frames and no
+dictionary, and with a dictionary given; the scaling points are also
 measured with no frame cache (every get decompresses), which isolates the lookup cost from
 the cache's hit rate. Times are wall-clock and CPU (process) time: on a shared machine the
 CPU time is the steadier of the two.
@@ -92,9 +93,11 @@ def arrayrecord_get_us(data: Data, work: str, gets: int, repeat: int) -> tuple |
 
 W1_FILES = {  # name: Writer options (None: plain)
     "plain": None,
-    "zstd": {},
-    "zstd_8k_level3": {"frame_size": 8 << 10, "level": 3},  # the defaults before issue 13
-    "zstd_dictionary": "dictionary",
+    "zstd": {},  # the defaults: 2 KiB frames, level 1, a dictionary trained on the first frames
+    "zstd_2k_nodict": {"dictionary": None},
+    "zstd_4k_nodict": {"frame_size": 4 << 10, "dictionary": None},  # the defaults before
+    "zstd_8k_level3": {"frame_size": 8 << 10, "level": 3, "dictionary": None},  # before issue 13
+    "zstd_dictionary": "dictionary",  # train_dictionary on 1 in 1,000 records (16 KiB)
 }
 
 
@@ -111,8 +114,12 @@ def w1_point(data: Data, work: str, gets: int, repeat: int) -> dict:
                 options = {"dictionary": evs.train_dictionary(sample, size=16 << 10)}
             write(path, data, compression="zstd", **options)
         sizes[name] = os.path.getsize(path) / raw
-    for name in W1_FILES:  # interleaved, after every file is written
-        times[name] = get_us(os.path.join(work, f"w1_{name}.evs"), len(data), gets, repeat)
+    runs: dict[str, list] = {name: [] for name in W1_FILES}
+    for _ in range(repeat):  # interleaved, after every file is written: the load is shared
+        for name in W1_FILES:
+            runs[name].append(get_us(os.path.join(work, f"w1_{name}.evs"), len(data), gets, 1))
+    for name, got in runs.items():
+        times[name] = tuple(statistics.median(x) for x in zip(*got))
     ar = arrayrecord_get_us(data, work, gets, repeat)
     if ar is not None:
         times["arrayrecord_zstd"], sizes["arrayrecord_zstd"] = ar[:2], ar[2]

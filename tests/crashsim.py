@@ -14,6 +14,10 @@ then replays that log and yields the file as a power cut could leave it at each 
 that had returned is readable and exact, and open and recover pick the newest commit whose
 marker (the bytes that make it visible: the footer, or for a compressed file the seek table)
 survived whole.
+
+A file may be replaced by a new one under its name (a compressed file rebuilt with the
+dictionary its writer trained, FRAMES.md section 7): each file has its own image, and until
+the directory is fsynced after the rename a power cut may leave the name on either.
 """
 
 from __future__ import annotations
@@ -29,13 +33,16 @@ from typing import Any
 PAGE = 4096
 SEEKABLE_MAGIC = (0x8F92EAB1).to_bytes(4, "little")
 INDEX_TAG = b"EVZI"  # FRAMES.md: the last 4 bytes of a layout-2 index block
+INDEX_MAGIC = (0x184D2A5C).to_bytes(4, "little")  # and its first 4
 SECTOR = 512
 
 
 @dataclass
 class Log:
-    """What a workload did to one file, in order. Ops: ("write", offset, bytes),
-    ("truncate", length), ("fsync",), ("returned", records)."""
+    """What a workload did to the files under one name, in order. Ops: ("write", offset,
+    bytes, file), ("truncate", length, file), ("fsync", file), ("rename", file): the name is
+    now ``file``'s, ("dirsync",): the name's directory is fsynced, ("returned", records).
+    ``file`` is the inode; the first file written is taken to hold the name from the start."""
 
     ops: list[tuple] = field(default_factory=list)
 
@@ -43,8 +50,10 @@ class Log:
 @contextlib.contextmanager
 def _recording(path: str, log: Log) -> Iterator[None]:
     target = os.path.realpath(path)
-    fds: set[int] = set()
-    real = {name: getattr(os, name) for name in ("open", "close", "pwrite", "ftruncate", "fsync")}
+    fds: dict[int, int] = {}  # descriptor -> inode, of the name's file and temporary files
+    dirs: set[int] = set()  # descriptors of the name's directory
+    names = ("open", "close", "pwrite", "ftruncate", "fsync", "replace")
+    real = {name: getattr(os, name) for name in names}
 
     # A new file is built under a temporary name beside it (.NAME.<random>.new), then
     # linked to its name: its bytes are the file's from the first write on.
@@ -66,28 +75,39 @@ def _recording(path: str, log: Log) -> Iterator[None]:
     def _open(p: Any, flags: int, *args: Any, **kwargs: Any) -> int:
         fd = real["open"](p, flags, *args, **kwargs)
         if _is_target(p):
-            fds.add(fd)
+            fds[fd] = os.fstat(fd).st_ino
+        elif isinstance(p, (str, os.PathLike)) and os.path.realpath(p) == folder:
+            dirs.add(fd)
         return fd
 
     def _close(fd: int) -> None:
-        fds.discard(fd)
+        fds.pop(fd, None)
+        dirs.discard(fd)
         real["close"](fd)
 
     def _pwrite(fd: int, data: Any, offset: int) -> int:
         n = real["pwrite"](fd, data, offset)
         if fd in fds:
-            log.ops.append(("write", offset, bytes(memoryview(data).cast("B")[:n])))
+            log.ops.append(("write", offset, bytes(memoryview(data).cast("B")[:n]), fds[fd]))
         return n
 
     def _ftruncate(fd: int, length: int) -> None:
         real["ftruncate"](fd, length)
         if fd in fds:
-            log.ops.append(("truncate", length))
+            log.ops.append(("truncate", length, fds[fd]))
 
     def _fsync(fd: int) -> None:
         real["fsync"](fd)
         if fd in fds:
-            log.ops.append(("fsync",))
+            log.ops.append(("fsync", fds[fd]))
+        elif fd in dirs:
+            log.ops.append(("dirsync",))
+
+    def _replace(src: Any, dst: Any, **kwargs: Any) -> None:
+        inode = os.stat(src).st_ino
+        real["replace"](src, dst, **kwargs)
+        if os.path.realpath(dst) == target:
+            log.ops.append(("rename", inode))
 
     patched = {
         "open": _open,
@@ -95,6 +115,7 @@ def _recording(path: str, log: Log) -> Iterator[None]:
         "pwrite": _pwrite,
         "ftruncate": _ftruncate,
         "fsync": _fsync,
+        "replace": _replace,
     }
     try:
         for name, fn in patched.items():
@@ -133,35 +154,73 @@ class CrashPoint:
     returned: int  # records of the last commit that had returned (-1: none had)
 
 
-def crash_points(log: Log) -> Iterator[CrashPoint]:
-    """Every point between two ops of the log, with what a crash there starts from."""
-    durable = bytearray()
-    current = bytearray()
-    dirty: set[int] = set()
-    returned = -1  # no commit has returned yet
-    for index, op in enumerate(log.ops):
+class _File:
+    """One file's bytes: as fsynced, as written, and the pages written since the fsync."""
+
+    def __init__(self) -> None:
+        self.durable = bytearray()
+        self.current = bytearray()
+        self.dirty: set[int] = set()
+
+    def apply(self, op: tuple) -> None:
         kind = op[0]
         if kind == "write":
-            _, offset, data = op
-            if offset + len(data) > len(current):
-                current.extend(bytes(offset + len(data) - len(current)))
-            current[offset : offset + len(data)] = data
-            dirty.update(_pages(offset, offset + len(data)))
+            _, offset, data, _ = op
+            if offset + len(data) > len(self.current):
+                self.current.extend(bytes(offset + len(data) - len(self.current)))
+            self.current[offset : offset + len(data)] = data
+            self.dirty.update(_pages(offset, offset + len(data)))
         elif kind == "truncate":
             length = op[1]
-            if length < len(current):
-                dirty.update(_pages(length, len(current)))
-                del current[length:]
+            if length < len(self.current):
+                self.dirty.update(_pages(length, len(self.current)))
+                del self.current[length:]
             else:
-                dirty.update(_pages(len(current), length))
-                current.extend(bytes(length - len(current)))
-        elif kind == "fsync":
-            durable = bytearray(current)
-            dirty.clear()
-        else:  # "returned": a fact about the ops before it, not an op of its own
+                self.dirty.update(_pages(len(self.current), length))
+                self.current.extend(bytes(length - len(self.current)))
+        else:  # fsync
+            self.durable = bytearray(self.current)
+            self.dirty.clear()
+
+
+class _Name:
+    """The files a workload wrote and which of them the name is on: ``durable`` (as the
+    directory was last fsynced) and ``current`` (after the last rename)."""
+
+    def __init__(self) -> None:
+        self.files: dict[int, _File] = {}
+        self.durable: int | None = None
+        self.current: int | None = None
+
+    def apply(self, op: tuple) -> None:
+        if op[0] == "rename":
+            self.current = op[1]
+        elif op[0] == "dirsync":
+            self.durable = self.current
+        else:
+            inode = op[-1]
+            if self.current is None:  # the first file holds the name from the start
+                self.durable = self.current = inode
+            self.files.setdefault(inode, _File()).apply(op)
+
+    def candidates(self) -> list[_File]:
+        """The files a power cut may leave under the name."""
+        inodes = dict.fromkeys(i for i in (self.durable, self.current) if i is not None)
+        return [self.files.setdefault(i, _File()) for i in inodes]
+
+
+def crash_points(log: Log) -> Iterator[CrashPoint]:
+    """Every point between two ops of the log, with what a crash there starts from (one
+    per file the name may be on)."""
+    name = _Name()
+    returned = -1  # no commit has returned yet
+    for index, op in enumerate(log.ops):
+        if op[0] == "returned":  # a fact about the ops before it, not an op of its own
             returned = op[1]
             continue
-        yield CrashPoint(index, bytes(durable), bytes(current), sorted(dirty), returned)
+        name.apply(op)
+        for f in name.candidates():
+            yield CrashPoint(index, bytes(f.durable), bytes(f.current), sorted(f.dirty), returned)
 
 
 def _marker(image: bytes) -> tuple[int, bytes]:
@@ -184,21 +243,32 @@ def _marker(image: bytes) -> tuple[int, bytes]:
 def markers(log: Log) -> list[tuple[int, bytes, int]]:
     """(offset, bytes, records) of every commit that returned. A crash state holds a
     commit's marker whole only if the crash came after it was written (its bytes name the
-    commit: number, file id, checksums)."""
+    commit: number, file id, checksums). A file that took the name by a rename holds the
+    last returned commit again (a rebuilt file's first index block), durable before it."""
     found = []
-    current = bytearray()
+    name = _Name()
+    count = -1
     for op in log.ops:
-        if op[0] == "write":
-            _, offset, data = op
-            if offset + len(data) > len(current):
-                current.extend(bytes(offset + len(data) - len(current)))
-            current[offset : offset + len(data)] = data
-        elif op[0] == "truncate":
-            del current[op[1] :]
-            current.extend(bytes(op[1] - len(current)))
-        elif op[0] == "returned":
-            found.append((*_marker(bytes(current)), op[1]))
+        if op[0] == "returned":
+            count = op[1]
+            found.append((*_marker(bytes(name.files[name.current].current)), count))
+        else:
+            name.apply(op)
+            if op[0] == "rename":
+                found.append((*_first_index_block(bytes(name.files[op[1]].durable)), count))
     return found
+
+
+def _first_index_block(image: bytes) -> tuple[int, bytes]:
+    """The first layout-2 index block of ``image``, by the spec: found from its tag."""
+    at = image.find(INDEX_TAG)
+    while at >= 0:
+        (size,) = struct.unpack_from("<I", image, at - 4)
+        start = at + 4 - size
+        if start >= 0 and image[start : start + 4] == INDEX_MAGIC:
+            return start, image[start : at + 4]
+        at = image.find(INDEX_TAG, at + 1)
+    raise AssertionError("a file took the name without a commit")
 
 
 def _compose(point: CrashPoint, keep: dict[int, Any], length: int) -> bytes:

@@ -84,6 +84,18 @@ def test_w1_columns_are_the_appended_records(tmp_path, alignment):
 def test_positional_and_compressed(tmp_path):
     assert_same_file(tmp_path, w1_columns(300), 300, positional=True)
     assert_same_file(tmp_path, w1_columns(300), 300, compression="zstd", frame_size=4096)
+    # a frame per record, written together; a dictionary trained on the first MiB of them
+    for dictionary in (None, "auto"):
+        path = assert_same_file(
+            tmp_path, w1_columns(1500), 1500, compression="zstd", dictionary=dictionary
+        )
+        frames = []
+        for name in ("columns.evs", "rows.evs"):  # the same frames: their logical sizes
+            with evs.open(tmp_path / name) as ds:
+                frames.append(ds._source._frame_map()[3].tolist())
+                assert ds.verify().ok
+        assert frames[0] == frames[1] and len(frames[0]) > 1500
+        assert (evs.read_dictionary(path) is None) == (dictionary is None)
 
 
 def test_columns_of_every_kind(tmp_path):

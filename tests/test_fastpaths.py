@@ -2,7 +2,7 @@
 
 A scan (``for rec in ds``) of a plain file through a mapping decodes runs of same-layout
 records column by column (Layout.decode_run); ``ds[i]`` of such a file reads its entry and
-frame inline and slices its tensors from one array per dtype over the mapping
+frame inline and takes each tensor as one row of an array per tensor spec over the mapping
 (Layout.decode); the writer encodes columns of same-layout records at once
 (Writer.extend_columns).
 The oracle is the generic decoder (``decode_payload``) and the pread backend, whose scan

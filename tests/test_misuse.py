@@ -405,3 +405,41 @@ def test_a_child_forked_while_a_thread_writes_is_refused_not_hung(tmp_path, monk
         assert len(w) == n
     with evs.open(path) as ds:
         assert len(ds) == n and ds.verify().ok
+
+
+@pytest.mark.parametrize("compression", [None, "zstd"])
+def test_a_commit_that_fails_before_its_footer_leaves_no_stray_bytes(
+    tmp_path, monkeypatch, compression
+):
+    """A commit whose fsync fails (a full disk, EIO, an interrupt) before its footer is
+    written made nothing visible. Its index segment was written already: trying again
+    wrote a second one after it, and the first stayed in the file as stray bytes between
+    blocks (verify: "non-zero bytes in the padding"). Now the failed commit's bytes are
+    taken back; where they cannot be (already compressed into frames), the writer refuses
+    to go on and the file keeps its last commit."""
+    path = tmp_path / ("f.evs.zst" if compression else "f.evs")
+    with evs.Writer(path, compression=compression, dictionary=None) as w:
+        w.extend(rec(i) for i in range(3))
+    real_fsync = os.fsync
+
+    def fail(fd):
+        raise OSError(5, "Input/output error")
+
+    w = evs.Writer(path, "a")
+    w.extend(rec(i) for i in range(3, 6))
+    monkeypatch.setattr(os, "fsync", fail)
+    with pytest.raises(OSError):
+        w.commit()
+    monkeypatch.setattr(os, "fsync", real_fsync)
+    if compression:  # the frames are written: the records since the last commit are lost
+        with pytest.raises(evs.ClosedError, match="a write failed part way"):
+            w.commit()
+        w.abort()
+        expected = 3
+    else:
+        w.commit()
+        w.close()
+        expected = 6
+    with evs.open(path) as ds:
+        assert len(ds) == expected and ds.verify().ok
+        assert [r[1] for r in ds] == list(range(expected))

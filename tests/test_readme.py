@@ -29,7 +29,7 @@ def block(after: str) -> str:
         "### Named records",
         "### Batches and columns",
         "### Compression",
-        "most of what whole-file compression",
+        "train it on chosen records:",
         "### Java interchange",
     ],
 )

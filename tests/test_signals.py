@@ -80,6 +80,18 @@ def op_replace(path) -> list[int]:
     return [3]
 
 
+def op_train(path) -> list[int]:
+    """A new compressed file whose writer trains its dictionary at the commit and rebuilds
+    the file with it (FRAMES.md section 7 rule 5): a rename under the lock."""
+    with evs.Writer(path, "w", compression="zstd") as w:
+        w.extend(rec(i) for i in range(TRAINED))
+    assert evs.read_dictionary(path)
+    return [TRAINED]
+
+
+TRAINED = 1200  # enough records, compressed, to train a dictionary on
+
+
 def leave_tail(path) -> None:
     """Three records after the last commit, as a writer killed between commits leaves."""
     w = evs.Writer(path, "a")
@@ -93,11 +105,14 @@ CASES = {
     "abort": (op_abort, {5}, None),
     "recover": (op_recover, {5, 8}, leave_tail),
     "replace": (op_replace, {5, 0, 3}, None),  # 0: replaced, nothing appended yet
+    "train": (op_train, {5, 0, TRAINED}, None),
 }
 
 
-@pytest.mark.parametrize("compression", [None, "zstd"])
-@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize(
+    "compression, case",
+    [(c, case) for c in (None, "zstd") for case in sorted(CASES) if c or case != "train"],
+)
 @pytest.mark.parametrize("exc", [KeyboardInterrupt, SystemExit])
 def test_interrupt_at_every_syscall_boundary(tmp_path, compression, case, exc):
     op, allowed, prepare = CASES[case]

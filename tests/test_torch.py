@@ -154,6 +154,11 @@ def test_collate_scalars_and_mixed_fields():
         collate([[torch.ones(2, 3)], [torch.ones(2, 4)]])
     with pytest.raises(ValueError, match="add it to `pad`"):
         collate([[torch.ones(2)], [torch.ones(3)]], pad={1})
+    mixed = [[torch.ones(2, dtype=torch.int32)], [torch.ones(2, dtype=torch.int64)]]
+    with pytest.raises(ValueError, match="only the first dimension"):  # torch.stack would
+        collate(mixed)  # promote the dtypes: collate refuses
+    with pytest.raises(ValueError, match="add it to `pad`"):
+        collate(mixed, pad={1})
     with pytest.raises(ValueError, match="numbers of fields"):
         collate([[1, 2], [1]])
     with pytest.raises(ValueError, match="empty"):

@@ -33,6 +33,7 @@ from evalue_store.physical.zstd_layout import (
 )
 
 from .test_core import assert_same
+from .test_frames import stock_decompress
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -124,9 +125,9 @@ def test_one_record_commits_grow_the_file_linearly(tmp_path):
 
 
 def test_open_and_cold_lookups_read_a_bounded_number_of_bytes(tmp_path):
-    """Open reads the layout frame, the last index block and the header's and footer's
-    frames, whatever the record or commit count; a cold ds[i] reads one locator group and
-    the frames holding record i: two preads."""
+    """Open reads the layout frame (with the dictionary the writer trained), the last
+    index block and the header's and footer's frames, whatever the record or commit count;
+    a cold ds[i] reads one locator group and the frames holding record i: two preads."""
     reads = {}
     for commits in (1, 40):
         path = tmp_path / f"o{commits}.evs.zst"
@@ -140,7 +141,8 @@ def test_open_and_cold_lookups_read_a_bounded_number_of_bytes(tmp_path):
         try:
             at_open = list(reader.calls)
             reads[commits] = len(at_open)
-            assert sum(n for _, n in at_open) < 8192, at_open
+            assert source.dictionary  # trained on the first commit's 1,000 records or more
+            assert sum(n for _, n in at_open) < 8192 + len(source.dictionary), at_open
             for i in (0, 1999, 3999, 1234):
                 reader.calls.clear()
                 seg, start = commit.segments[0], 0
@@ -156,7 +158,7 @@ def test_open_and_cold_lookups_read_a_bounded_number_of_bytes(tmp_path):
             assert source._map is None  # no lookup needed the frame map
         finally:
             source.close()
-    assert reads[1] == reads[40] <= 6
+    assert reads[1] == reads[40] <= 7  # the layout frame, then its dictionary: 2 of them
 
 
 def test_a_reader_over_other_bytes_reads_the_file(tmp_path):
@@ -210,7 +212,8 @@ def test_stock_zstd_gives_back_the_plain_container_after_appends_and_a_crash(tmp
     with evs.Writer(path, mode="a") as w:  # salvaged (nothing to keep) and appended to
         w.extend(recs[400:])
     out = tmp_path / "a.evs"
-    subprocess.run([zstd_cli, "-d", "-q", "-f", str(path), "-o", str(out)], check=True)
+    assert evs.read_dictionary(path)  # trained on the first commit's 200 records
+    stock_decompress(zstd_cli, path, out)
     with evs.open(out) as plain, evs.open(path) as packed:
         assert plain.verify().ok and packed.verify().ok
         assert_same(list(plain), recs)
@@ -348,9 +351,9 @@ def test_overlapping_and_huge_locators_are_refused_and_verify_reports_them(tmp_p
         i = run.first + 3
         fd = os.open(path, os.O_RDONLY)
         reader = byteio.FdReader(fd, os.fstat(fd).st_size, owns_fd=True)
-        body, pos = zstd_layout.read_group(reader, run, 3)
+        group = reader.pread(run.offset + 8, zstd_layout.GROUP_BYTES)  # locators 0-15
         reader.close()
-        logical, physical, span, position = LOCATOR.unpack_from(body, pos)
+        logical, physical, span, position = LOCATOR.unpack_from(group, 3 * LOCATOR.size)
         fields = {}
         if "physical_delta" in change:
             fields["physical"] = physical + change["physical_delta"]

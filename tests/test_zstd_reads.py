@@ -85,3 +85,38 @@ def test_a_damaged_data_frame_is_an_error_naming_the_file_and_record(tmp_path):
         ds[i]
     assert err.value.path == str(path) and err.value.record == i
     assert f"offset {int(phys[k])}" in str(err.value)
+
+
+THREADED_READS = """
+import sys, threading
+import numpy as np, evalue_store as evs
+ds = evs.open(sys.argv[1], cache_bytes=1)  # every read decompresses
+want = [bytes(ds.raw(i)) for i in range(len(ds))]
+bad = []
+def work(seed):
+    rng = np.random.default_rng(seed)
+    for i in rng.integers(0, len(ds), 3000).tolist():
+        if bytes(ds.raw(i)) != want[i] or int(ds[i][2]) != i % 10:
+            bad.append(i)
+threads = [threading.Thread(target=work, args=(s,)) for s in range(4)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+print(len(bad))
+"""
+
+
+def test_threads_reading_one_dataset(tmp_path):
+    """The decoder is not thread-safe: four threads decompressing with one corrupted its
+    memory (a crash, in a child here). Each thread decompresses with its own."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "t.evs.zst"
+    with evs.Writer(path, compression="zstd") as w:
+        w.extend(_w1(600))
+    done = subprocess.run(
+        [sys.executable, "-c", THREADED_READS, str(path)], capture_output=True, text=True
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "0", done.stderr[-2000:]

@@ -6,7 +6,9 @@ index merges, a metadata change, reopening with mode "a", an aborted batch, opti
 record past the write buffer), then rebuilds the file as a power cut could leave it after
 each of those calls: the fsynced bytes, plus any subset of the pages written since, some of
 them torn sector by sector, at the fsynced or the newest length. Every state is opened,
-read, recovered and appended to (tests/crashsim.py says exactly what is checked).
+read, recovered and appended to (tests/crashsim.py says exactly what is checked). The
+compressed runs include one whose first commit is big enough for the writer to train its
+dictionary and rebuild the file under a temporary name, renamed over the first.
 
 Usage::
 
@@ -36,19 +38,20 @@ def main(argv: list[str] | None = None) -> int:
     total = commits = failures = 0
     start = time.monotonic()
     for compression in (None, "zstd"):
-        for scale in (1, 2, 4):
+        # zstd, first=200: the writer trains its dictionary and rebuilds the file at once
+        for scale, first in [(1, 0), (2, 0), (4, 0)] + [(1, 200)] * bool(compression):
             for big in (False, True):
                 for seed in range(args.seeds):
                     with tempfile.TemporaryDirectory() as tmp:
                         try:
                             states, n = explore(
-                                Path(tmp), compression, args.subsets, seed, big, scale
+                                Path(tmp), compression, args.subsets, seed, big, scale, first
                             )
                         except AssertionError as exc:
                             failures += 1
                             print(
-                                f"FAIL {compression or 'plain'} scale={scale} big={big} "
-                                f"seed={seed}: {exc}"
+                                f"FAIL {compression or 'plain'} scale={scale} first={first} "
+                                f"big={big} seed={seed}: {exc}"
                             )
                             continue
                     total += states

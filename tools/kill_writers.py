@@ -99,10 +99,18 @@ def same(got: list, i: int) -> bool:
 # ------------------------------------------------------------------------------ the child
 
 
+FIRST_COMMIT = 500  # records a writer that creates its file commits first, compressed:
+# enough frames for it to train a dictionary and rebuild the file (FRAMES.md section 7)
+
+
 def writer_child(path: str, seed: int, fd: int, compression: str | None) -> None:
-    """Append records forever, committing at random points, reporting each commit on ``fd``."""
+    """Append records forever, committing at random points, reporting each commit on ``fd``.
+    A writer that creates the file (compressed: default frames and dictionary) commits its
+    first FIRST_COMMIT records at once."""
     rng = random.Random(seed)
-    w = evs.Writer(path, mode="a", compression=compression, frame_size=4096)
+    fresh = not os.path.exists(path)
+    options = {} if fresh else {"frame_size": 4096}
+    w = evs.Writer(path, mode="a", compression=compression, **options)
     i = len(w)
     rate = rng.choice([0.02, 0.1, 0.3, 0.7])  # records per commit vary a lot between trials
     while True:
@@ -114,7 +122,10 @@ def writer_child(path: str, seed: int, fd: int, compression: str | None) -> None
         else:
             w.append(record(i))
             i += 1
-        if rng.random() < rate:
+        # FIRST_COMMIT is reached by append (it is no column block's end)
+        if (rng.random() < rate and not (fresh and i < FIRST_COMMIT)) or (
+            fresh and i == FIRST_COMMIT
+        ):
             if rng.random() < 0.1:
                 w.set_metadata({"records": i, "seed": seed})
             os.write(fd, MSG.pack(b"B", len(w)))
@@ -181,8 +192,12 @@ def run_trial(
 ) -> Stats:
     """Start a writer on ``path``, kill it at a random instant, check the file."""
     st = Stats(trials=1)
-    with evs.open(path) as ds:
-        start = len(ds)
+    fresh = not os.path.exists(path)  # the child creates it
+    if fresh:
+        start = 0
+    else:
+        with evs.open(path) as ds:
+            start = len(ds)
     read_end, write_end = os.pipe()
     if spawn:
         cmd = [sys.executable, __file__, "--child", path, str(trial), str(write_end)]
@@ -215,6 +230,10 @@ def run_trial(
     committed = max([n for kind, n in messages if kind == b"E"], default=None)
     began = messages[-1][1] if messages and messages[-1][0] == b"B" else None
     where = f"trial {trial} ({compression or 'plain'})"
+    if fresh and not os.path.exists(path):  # killed before the file took its name
+        if committed is not None:
+            st.failures.append(f"{where}: {committed} records committed, and no file")
+        return st
 
     ds = evs.open(path, backend="pread" if trial % 2 else "mmap")
     floor = committed if committed is not None else start
@@ -289,7 +308,9 @@ def kill_campaign(
     deadline: float | None = None,
     max_delay: float = 0.3,
 ) -> Stats:
-    """``trials`` kills; a fresh file every ``per_file`` trials keeps the checks O(trials)."""
+    """``trials`` kills; a fresh file every ``per_file`` trials keeps the checks O(trials).
+    The first writer of every other file creates it (a compressed one trains its dictionary
+    and rebuilds the file, which kills may interrupt); else the file starts empty."""
     rng = random.Random(seed)
     total = Stats()
     suffix = ".evs.zst" if compression else ".evs"
@@ -297,7 +318,7 @@ def kill_campaign(
         if deadline is not None and time.monotonic() > deadline:
             break
         path = os.path.join(directory, f"kill-{seed}-{trial // per_file}{suffix}")
-        if trial % per_file == 0:
+        if trial % per_file == 0 and trial // per_file % 2:
             evs.Writer(path, compression=compression, frame_size=4096).close()
         trial_seed = seed * 1_000_003 + trial
         total.add(run_trial(path, trial_seed, rng, compression, spawn=spawn, max_delay=max_delay))

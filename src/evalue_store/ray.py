@@ -53,6 +53,7 @@ from .shards import (
     ShardInfo,
     describe_shard,
     open_shards,
+    reuse_dictionary,
     shard_full,
     write_manifest,
 )
@@ -298,6 +299,7 @@ class _TaskShards:
         self.fields: tuple[str, ...] | None = None
         self.done: list[tuple[str, int, int, str]] = []  # (name, records, bytes, footer sha)
         self.writer: Writer | None = None
+        self.options = dict(sink.writer_options)  # the task's shards share a dictionary
         self.remote = sink.target.fs is not None
         self.local_dir = tempfile.mkdtemp(prefix="evalue_store-ray-") if self.remote else None
 
@@ -321,15 +323,14 @@ class _TaskShards:
             path = os.path.join(self.local_dir, name) if self.remote else sink.target.join(name)
             metadata = {**(sink.metadata or {}), FIELDS_KEY: list(self.fields or ())}
             # "w": a retried task replaces its failed attempt's files (same names)
-            self.writer = Writer(
-                path, "w", metadata=metadata, durable=sink.durable, **sink.writer_options
-            )
+            self.writer = Writer(path, "w", metadata=metadata, durable=sink.durable, **self.options)
         return self.writer
 
     def _finish_shard(self) -> None:
         writer, self.writer = self.writer, None
         assert writer is not None
         writer.close()
+        reuse_dictionary(self.options, writer)
         info = describe_shard(writer.path)
         name = os.path.basename(writer.path)
         publish_file(writer.path, self.sink.target, name)

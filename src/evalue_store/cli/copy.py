@@ -170,15 +170,23 @@ def _compress_args(p: argparse.ArgumentParser) -> None:
         metavar="BYTES",
         help=f"target frame size (default {DEFAULT_FRAME_SIZE})",
     )
-    p.add_argument(
-        "--dictionary", action="store_true", help="train a zstd dictionary and store it in OUT"
+    choice = p.add_mutually_exclusive_group()
+    choice.add_argument(
+        "--dictionary",
+        action="store_true",
+        help="train OUT's zstd dictionary on --dict-samples records (default: on its first frames)",
+    )
+    choice.add_argument(
+        "--no-dictionary",
+        action="store_true",
+        help="store no dictionary (stock zstd -d then needs no -D)",
     )
     p.add_argument(
         "--dict-samples",
         type=at_least_one,
         default=1000,
         metavar="N",
-        help="records to train it on",
+        help="records --dictionary trains on",
     )
     format_version_arg(p)
     force_arg(p)
@@ -189,9 +197,11 @@ def _compress_args(p: argparse.ArgumentParser) -> None:
     "rewrite a container as seekable zstd frames; random access and appends still work",
     "evalue-store compress train.evs -o train.evs.zst --dictionary",
     _compress_args,
-    notes="""OUT holds the same records and metadata as one new commit. Stock zstd decompresses
-it ("zstd -d OUT"); with --dictionary it needs the dictionary, which
-"evalue-store dictionary OUT -o DICT" writes out.""",
+    notes="""OUT holds the same records and metadata as one new commit. Its zstd dictionary is
+trained on its first frames and kept if it makes them smaller. Stock zstd decompresses OUT
+with it: "evalue-store dictionary OUT -o DICT", then "zstd -d -D DICT OUT" (the dictionary
+is also bytes 20 to 20+D of OUT, D the little-endian u32 at byte 16; 0: none). With
+--no-dictionary, "zstd -d OUT" needs none.""",
 )
 def cmd_compress(args: argparse.Namespace) -> int:
     refuse_overwrite(args.output, args.force)
@@ -205,6 +215,8 @@ def cmd_compress(args: argparse.Namespace) -> int:
         if args.dictionary:
             samples = ds[: max(8, min(len(ds), args.dict_samples))]
             options["dictionary"] = evs.train_dictionary(samples)
+        elif args.no_dictionary:
+            options["dictionary"] = None
         copy_records(ds, args, "compress", **options)
     after = os.path.getsize(args.output)
     print(

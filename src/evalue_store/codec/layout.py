@@ -19,11 +19,11 @@ from typing import Any
 
 import numpy as np
 
-from ..container import FRAME, FRAME_CRC_AT, FRAME_LENGTH_AT, FRAME_SIZE
+from ..container import FRAME_CRC_AT, FRAME_LENGTH_AT, FRAME_SIZE
 from . import grammar as g
 from .kinds import CODECS, S_BOOL, S_BYTES, S_SCALAR, S_TENSOR, S_TEXT, Slot
 
-_CRC_FIELD = 1  # the layout's fields start with FRAME's: magic, crc, length
+_CRC_FIELD = 1  # the layout's fields start with FRAME's magic and crc (Compiler)
 
 
 class Layout:
@@ -77,35 +77,38 @@ class Layout:
     def decode(self, buf: Any, frame: int, crc: int, typed: dict | None = None) -> list | None:
         """The record's values, or None when this record does not have this layout.
 
-        ``typed`` (optional): a dict kept with ``buf`` (a whole mapping), which is filled
-        with one array per dtype viewing all of ``buf``; a tensor is then a slice of it,
-        cheaper to make than a new view of ``buf``.
+        ``typed`` (optional, with a ``frame`` at a multiple of the alignment): a dict kept
+        with ``buf`` (a whole mapping), which is filled with arrays viewing all of ``buf``,
+        one per tensor spec, whose rows start at every multiple of the alignment: a tensor
+        is then one row, cheaper to index than a new view of ``buf`` is to make (and
+        reshape).
         """
-        fields = self.unpack(buf, frame)
-        if fields[_CRC_FIELD] != crc or self.structure(fields) != self.expected:
+        unpack, structure = self.unpack, self.structure  # (attributes, not methods)
+        fields = unpack(buf, frame)
+        if fields[_CRC_FIELD] != crc or structure(fields) != self.expected:
             return None
         values = []
         for kind, index, at, detail in self.steps:
-            if kind == S_TENSOR:  # detail: dtype, shape, strides, nbytes, numel, items
-                dtype, shape, strides, nbytes, numel, items = detail
+            if kind == S_TENSOR:  # index: its rows' key in typed ("" if it has none)
+                if index and typed is not None:
+                    try:
+                        rows = typed[index]
+                    except KeyError:
+                        rows = typed[index] = _rows(buf, detail, self.alignment, at)
+                    values.append(rows[(frame + at) // self.alignment])
+                    continue
+                dtype, shape, strides, nbytes, numel = detail
                 if numel is None:  # a dim order
                     data = g.region(buf, frame + at, nbytes)
                     values.append(np.ndarray(shape, dtype, buffer=data, strides=strides))
-                    continue
-                if typed is not None and items:
-                    whole = typed.get(dtype)
-                    if whole is None:
-                        whole = typed[dtype] = np.frombuffer(buf, dtype, len(buf) // items)
-                    start = (frame + at) // items
-                    array = whole[start : start + numel]
                 else:
                     array = np.frombuffer(buf, dtype, numel, frame + at)
-                values.append(array if shape is None else array.reshape(shape))
+                    values.append(array if len(shape) == 1 else array.reshape(shape))
             elif kind == S_SCALAR:
                 values.append(fields[index])
             elif kind == S_TEXT:
                 try:
-                    values.append(fields[index].decode("utf-8"))
+                    values.append(fields[index].decode())  # UTF-8, strict
                 except UnicodeDecodeError:
                     return None  # the generic decoder reports it with its offset
             elif kind == S_BYTES:
@@ -172,16 +175,25 @@ class Layout:
 
 
 def _step(slot: tuple, alignment: int) -> tuple:
-    """A slot as ``decode`` uses it: a tensor's detail gets the itemsize by which its data
-    offset may be divided to index a whole-buffer array of its dtype (0: it may not, or it
-    is strided) and a shape of None for 1-D tensors (no reshape)."""
+    """A slot as ``decode`` uses it: a tensor's index (unused by the slot) becomes the key
+    of its rows in a ``typed`` dict: its spec and where, modulo the alignment, its data
+    starts; "" for a 0-d tensor, which a row cannot give (indexing gives a scalar)."""
     kind, index, at, detail = slot
     if kind != S_TENSOR:
         return slot
-    dtype, shape, strides, nbytes, numel = detail
-    items = dtype.itemsize if numel is not None and alignment % dtype.itemsize == 0 else 0
-    shape = None if numel is not None and len(shape) == 1 else shape
-    return kind, index, at, (dtype, shape, strides, nbytes, numel, items)
+    dtype, shape, strides, _, _ = detail
+    key = repr((dtype, shape, strides, at % alignment)) if shape else ""
+    return kind, key, at, detail
+
+
+def _rows(buf: Any, detail: tuple, alignment: int, at: int) -> np.ndarray:
+    """All of ``buf`` as tensors of ``detail``'s spec, one starting at each multiple of
+    ``alignment`` plus ``at % alignment``: row k is the tensor whose data starts at byte
+    k * alignment + at % alignment. Rows overlap; numpy checks that the last fits."""
+    dtype, shape, strides, nbytes, _ = detail
+    first = at % alignment
+    count = (len(buf) - first - nbytes) // alignment + 1
+    return np.ndarray((count, *shape), dtype, buf, first, (alignment, *strides))
 
 
 def _utf8_or_none(data: bytes) -> str | None:
@@ -200,12 +212,15 @@ class Compiler:
 
     def __init__(self, buf: Any, frame: int, length: int, alignment: int):
         self.buf, self.frame, self.alignment = buf, frame, alignment
-        self.fmt = [FRAME.format]  # the frame header: magic, crc, length
+        # The frame header (container.FRAME): magic, crc, then the length, which opens the
+        # first run of structure bytes (one bytes field with what follows it: fewer fields
+        # to unpack and compare).
+        self.fmt = ["<4sI", f"{FRAME_SIZE - FRAME_LENGTH_AT}s"]
         self.structural = [0, 2]  # all of it but the crc
         self.check_at = [*range(0, FRAME_CRC_AT), *range(FRAME_LENGTH_AT, FRAME_SIZE)]
         self.pos = frame + FRAME_SIZE
         self.n_fields = 3
-        self.run_at: int | None = None  # frame offset of the open run of structure bytes
+        self.run_at: int | None = FRAME_LENGTH_AT  # frame offset of the open run of structure
 
     def field(self, code: str, is_structure: bool = True) -> tuple[int, int, Any]:
         """Read the field at ``pos`` (one struct code); (its index, frame offset, value).

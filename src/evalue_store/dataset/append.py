@@ -84,16 +84,17 @@ class Appending:
             raise ClosedError(f"{self.path}: {self._failed}")
 
     def _undo_record(self, offset: int, error: BaseException) -> None:
-        """After a record's write failed part way (disk full, an interrupt): forget its bytes
-        so that the next block starts where it did. Where that cannot be done, the writer
-        refuses to go on, and close() keeps only the last commit."""
+        """After a record's write, or a commit's before its footer, failed part way (disk
+        full, an interrupt): forget its bytes so that the next block starts where it did.
+        Where that cannot be done, the writer refuses to go on, and close() keeps only the
+        last commit."""
         try:
             undone = self._sink.rewind(offset)
         except OSError:
             undone = False
         if not undone:
             self._failed = (
-                f"a record's write failed part way ({error!r}); the records appended since "
+                f"a write failed part way ({error!r}); the records appended since "
                 "the last commit are lost: reopen the file with mode='a'"
             )
 
@@ -251,6 +252,24 @@ class Appending:
         written; the footer is then written and fsynced on its own. A crash at any instant
         leaves either the new footer with all it points at, or no valid new footer.
         """
+        start = self._sink.pos
+        try:
+            commit, footer = self._commit_blocks()
+        except BaseException as exc:  # nothing is visible yet: the next try starts afresh
+            self._undo_record(start, exc)
+            raise
+        # From here until _adopt returns, an exception (a signal's, a failed write's) may
+        # leave the commit visible to readers or not: _settle_inflight finds out which, from
+        # the marker the sink sets before writing it (the last commit's must not stand in).
+        self._sink.marker = None
+        self._inflight = replace(commit, end=commit.footer_offset + len(footer))
+        self._sink.end_commit(footer, self._sync)
+        self._adopt(self._inflight)
+        self._sync()
+
+    def _commit_blocks(self) -> tuple[Commit, bytes]:
+        """A commit's index segment and metadata, made durable, then its footer written
+        into the sink: the commit and its footer."""
         pending = bytes(self._pending)
         segments = self._commit.segments
         if pending:
@@ -281,14 +300,7 @@ class Appending:
         )
         footer = encode_footer(footer_offset, self.file_id, commit, self._checksum)
         self._block(footer)
-        # From here until _adopt returns, an exception (a signal's, a failed write's) may
-        # leave the commit visible to readers or not: _settle_inflight finds out which, from
-        # the marker the sink sets before writing it (the last commit's must not stand in).
-        self._sink.marker = None
-        self._inflight = replace(commit, end=footer_offset + len(footer))
-        self._sink.end_commit(footer, self._sync)
-        self._adopt(self._inflight)
-        self._sync()
+        return commit, footer
 
     def _sync(self) -> None:
         if self.durable:

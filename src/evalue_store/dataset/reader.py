@@ -116,6 +116,8 @@ class Dataset(Records):
         # mapping, its arrays by dtype, where the index starts (-1: in several segments),
         # the entry checks, the checksum and the layouts. None for any other source.
         self._mapped = None
+        # A compressed source's one-frame lookup for ``ds[i]`` (None: it has none).
+        self._located = getattr(source, "record_frame", None)
         if source.mapped is not None and not source.compressed:
             self._mapped = (
                 source.mapped,
@@ -132,6 +134,7 @@ class Dataset(Records):
 
     def _close_source(self) -> None:
         self._mapped = None
+        self._located = None
         if self._source is not None:
             self._source.close()
             self._source = None
@@ -213,7 +216,7 @@ class Dataset(Records):
         self.filesystem = state.get("filesystem")
         self.storage_options = state.get("storage_options")
         self.cache_dir = state.get("cache_dir")
-        self._source = self._mapped = None
+        self._source = self._mapped = self._located = None
         self._closed_by_pickle = True
         self._pinned = state.get("pinned")
         self._len = None

@@ -132,6 +132,13 @@ class Records:
             buf, pos = self._source.frame(offset, FRAME_SIZE + length)
         except FormatError as exc:  # a compressed file's frames, a remote object
             raise exc.at(path=self.path, record=i) from None
+        return self._decode(i, buf, pos, offset, length, crc, checked)
+
+    def _decode(
+        self, i: int, buf: Any, pos: int, offset: int, length: int, crc: int, checked: bool = False
+    ) -> list:
+        """Record ``i``'s values from its frame at ``buf[pos]`` (its entry checked)."""
+        align = self.header.alignment
         try:
             if self._crc_on_read and not checked:
                 payload = memoryview(buf)[pos + FRAME_SIZE : pos + FRAME_SIZE + length]
@@ -173,9 +180,10 @@ class Records:
         boolean mask (numpy's rules, see ``evalue_store.dataset.indexing``)."""
         mapped = self._mapped
         if mapped is not None and type(index) is int:
-            # A plain mapped file: ``_record`` with its layers inlined (the per-record path).
-            # A record that fails a check, or has no layout yet, goes through ``_read``,
-            # which says what is wrong.
+            # A plain mapped file: ``_record`` with its layers inlined (the per-record path;
+            # no closure in this function, so ``self`` stays a plain local). A record that
+            # fails a check, or has no layout yet, goes through ``_read``, which says what
+            # is wrong.
             view, typed, first, mask, start, reach, crc_on, checksum, layouts, n = mapped
             if -n <= index < n:
                 i = index + n if index < 0 else index
@@ -196,11 +204,45 @@ class Records:
                 ):
                     record = self._read(i, offset, length, crc)  # raises
                 else:
-                    layout = layouts.get(length)
+                    try:
+                        layout = layouts[length]
+                    except KeyError:  # not learned yet
+                        layout = None
                     record = None if layout is None else layout.decode(view, offset, crc, typed)
                     if record is None:
                         record = self._read(i, offset, length, crc, checked=True)
                 return to_dict(record, self._dict_names()) if self.as_dict else record
+        located = self._located
+        if located is not None and type(index) is int:
+            # A compressed file: the source finds the record's frame through its locator
+            # (one group, one frame); the entry checks of ``_read`` inlined. A record it does
+            # not find, or that fails a check, goes through ``_record``, which says why.
+            n = self._len
+            if -n <= index < n:
+                i = index + n if index < 0 else index
+                found = located(i)
+                if found is None:
+                    record = self._record(i)
+                else:
+                    buf, pos, offset, length, crc, _, _ = found
+                    limit = self.max_record_bytes
+                    if (
+                        offset % self.header.alignment
+                        or offset < self.header.data_start
+                        or length > self.commit.end - offset - FRAME_SIZE
+                        or (limit is not None and length > limit)
+                    ):
+                        record = self._record(i)  # raises
+                    else:
+                        layout = self._layouts.get(length)
+                        record = None if layout is None else layout.decode(buf, pos, crc)
+                        if record is None:
+                            record = self._decode(i, buf, pos, offset, length, crc)
+                return to_dict(record, self._dict_names()) if self.as_dict else record
+        return self._index(index)
+
+    def _index(self, index: Index) -> Any:
+        """``self[index]`` for any index and source."""
         self._ensure_open()
         where = indexing.normalize(index, self._len)
         if isinstance(where, int):

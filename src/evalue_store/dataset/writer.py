@@ -33,6 +33,7 @@ from ..files import (
     link_new,
     new_file_mode,
     open_locked,
+    replace_held,
     replace_locked,
     unlock,
 )
@@ -40,7 +41,7 @@ from ..metadata import encode_metadata
 from ..physical import Restart, new_sink, open_for_append, remote
 from ..physical.salvage import Salvage, side_file
 from ..physical.zframe import DEFAULT_LEVEL
-from ..physical.zstd import DEFAULT_FRAME_SIZE, MAX_FRAME_SIZE, check_dictionary
+from ..physical.zstd import AUTO, DEFAULT_FRAME_SIZE, MAX_FRAME_SIZE, check_dictionary
 from .append import Appending, check_alignment, serialized
 from .fields import WriterFields
 
@@ -84,9 +85,12 @@ class Writer(WriterFields, Appending):
     a second one raises WriterLockedError. Threads may share a Writer: its calls take turns.
 
     ``compression="zstd"`` stores the same container as seekable zstd frames of about
-    ``frame_size`` bytes (docs/FRAMES.md); ``dictionary`` (bytes from
-    ``train_dictionary``) is stored once at the start of the file. In mode "a" the file's
-    own compression settings apply.
+    ``frame_size`` bytes (docs/FRAMES.md), with a dictionary stored once at the start of the
+    file: by default ("auto") one trained on the file's first frames, kept if it makes them
+    smaller (the first MiB, or less at the first commit; the file is then rebuilt with it,
+    as a new inode, before anything else is committed); bytes (from ``train_dictionary``
+    or ``read_dictionary``) to use those; None for none (stock ``zstd -d`` then needs no
+    ``-D``). In mode "a" the file's own compression settings apply.
 
     ``format_version``: "1.1" (default; CRC-32C checksums) or "1.0" (zlib's CRC-32, for
     readers that predate 1.1), for a new file; appending keeps the file's own version,
@@ -112,7 +116,7 @@ class Writer(WriterFields, Appending):
         compression: str | None = None,
         level: int = DEFAULT_LEVEL,
         frame_size: int = DEFAULT_FRAME_SIZE,
-        dictionary: bytes | None = None,
+        dictionary: bytes | str | None = AUTO,
         format_version: str | None = None,
     ):
         if mode not in ("w", "x", "a"):
@@ -130,10 +134,17 @@ class Writer(WriterFields, Appending):
             raise ValueError(
                 f"frame_size must be in [{MIN_FRAME_SIZE}, {MAX_FRAME_SIZE}], not {frame_size}"
             )
-        if dictionary is not None and compression != "zstd":
-            raise ValueError("a dictionary needs compression='zstd'")
-        if dictionary is not None:
-            check_dictionary(dictionary)
+        if isinstance(dictionary, str):
+            if dictionary != AUTO:
+                raise ValueError(f"dictionary must be bytes, None or {AUTO!r}, not {dictionary!r}")
+            dictionary = None
+            self._train = compression == "zstd"  # a new file's own, from its first frames
+        else:
+            self._train = False
+            if dictionary is not None and compression != "zstd":
+                raise ValueError("a dictionary needs compression='zstd'")
+            if dictionary is not None:
+                check_dictionary(dictionary)
         self._new_flags = version_flags(format_version or DEFAULT_VERSION)
         self.path = os.fspath(path)
         self.durable = durable
@@ -243,6 +254,41 @@ class Writer(WriterFields, Appending):
         self._metadata_dirty = True
         self._committed_size = 0
         self._commit_now()
+        if self._train and dictionary is None:
+            self._sink.hold(self._use_dictionary)
+
+    def _use_dictionary(self, dictionary: bytes) -> None:
+        """The sink chose ``dictionary`` for this new file (``zstd_train``): rebuild the
+        file with it as a new inode (its first commit, then the frames held back) and put
+        that in its place, as mode "w" does, the lock held throughout. Readers that opened
+        the old one keep reading it (its one commit has no record); ``refresh`` finds the
+        new one, the same file by its id. Until the rename the old file stands as it was."""
+        sink, commit = self._sink, self._commit
+        committed = sink.read(0, commit.end)
+        target = os.path.realpath(self.path)
+        fd, temp = create_temp(target, stat.S_IMODE(os.fstat(self._fd).st_mode))
+        try:
+            sync = os.fsync if self.durable else lambda fd: None
+            new = sink.rebuilt(
+                fd, dictionary, committed, commit.end - commit.footer_offset, lambda: sync(fd)
+            )
+            replace_held(temp, target, self._fd, durable=self.durable)
+        except BaseException:
+            os.close(fd)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temp)
+            raise
+        sink.take(new)
+        old, self._fd = self._fd, fd
+        unlock(old)
+        os.close(old)
+        offset, block = sink.marker
+        self._committed_size = offset + len(block)
+
+    @property
+    def dictionary(self) -> bytes | None:
+        """The zstd dictionary the file is written with (None: none, or not chosen yet)."""
+        return getattr(self._sink, "dictionary", None)
 
     def _open_existing(self, size: int, new_metadata: bool, alignment: int) -> None:
         state = open_for_append(self._fd, size, self.path)
@@ -314,6 +360,7 @@ class Writer(WriterFields, Appending):
             if self._inflight is not None and self._settle_inflight() is None:
                 return  # cannot tell where the last commit ends: cut nothing
             os.ftruncate(self._fd, self._committed_size)
+            self._sync()  # else a power cut could bring the discarded frames back, to salvage
         finally:
             self._release()
 

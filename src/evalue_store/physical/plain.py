@@ -111,7 +111,7 @@ class MmapSource(_PlainSource):
         # first make a memoryview of it (half the cost of a small tensor view).
         self.view = memoryview(self.map).toreadonly()
         self.mapped: memoryview | None = self.view
-        self.typed: dict = {}  # dtype -> an array of it over all of view (Layout.decode's)
+        self.typed: dict = {}  # tensor spec -> its rows over all of view (Layout.decode's)
 
     def read(self, offset: int, n: int) -> memoryview:
         return self.view[offset : offset + n]

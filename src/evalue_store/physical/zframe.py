@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import array
 import struct
+import threading
 from typing import Any
 
 import numpy as np
@@ -81,9 +82,32 @@ def new_decompressor(
 
 
 class LogicalReads:
-    """``read`` and ``gather`` of a compressed source, over its ``frame(offset, n)``."""
+    """``read`` and ``gather`` of a compressed source, over its ``frame(offset, n)``, and
+    ``dctx``: the calling thread's decompressor. python-zstandard's decompressor is not
+    thread-safe (two threads decompressing with one corrupt its context: a crash, seen with
+    four threads reading one dataset), and a dataset may be read from any thread; each gets
+    its own, made on first use with the file's dictionary."""
 
     alignment: int
+    _local: threading.local
+
+    def _decode_with(self, dictionary: bytes | None) -> None:
+        """Decompress with ``dictionary``; zstandard.ZstdError if it cannot be used."""
+        self._dict_data = zstandard.ZstdCompressionDict(dictionary) if dictionary else None
+        self._local = threading.local()
+        self._local.dctx = new_decompressor(self._dict_data)
+
+    @property
+    def dctx(self) -> zstandard.ZstdDecompressor:
+        try:
+            return self._local.dctx
+        except AttributeError:
+            self._local.dctx = new_decompressor(self._dict_data)
+            return self._local.dctx
+
+    @dctx.setter
+    def dctx(self, dctx: zstandard.ZstdDecompressor) -> None:
+        self._local.dctx = dctx  # this thread's
 
     def frame(self, offset: int, n: int) -> tuple[Any, int]:
         raise NotImplementedError
@@ -365,8 +389,21 @@ class FrameCutter:
                 self._emit()
                 continue
             k = min(max(room, 0) // size + 1, count - done)
+            full = 0 if self.pending else (count - done - 1) // k  # frames closed already
+            if full:  # k records each, straight from ``data``; the last ones stay open
+                self._emit_frames(view[done * size : (done + full * k) * size], k * size)
+                done += full * k
+                continue
             self.write(view[done * size : (done + k) * size], k * size)
             done += k
+
+    def _emit_frames(self, data: memoryview, length: int) -> None:
+        """Frames of ``length`` logical bytes each, all of ``data``, when no frame is open:
+        ``_emit`` of each (a sink may do them together)."""
+        for at in range(0, len(data), length):
+            self.pending += data[at : at + length]
+            self.pos += length
+            self._emit()
 
     def flush(self) -> None:
         if self.pending:

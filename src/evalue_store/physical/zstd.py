@@ -26,15 +26,16 @@ from ..container import (
 )
 from ..errors import FormatError
 from . import zstd_legacy as legacy
-from .plain import pwrite_all
-from .zframe import SKIPPABLE_HEADER
-from .zstd_layout import LAYOUT_MAGIC, find_last_block, layout_frame, read_layout
-from .zstd_sink import GroupState, ZstdFile, ZstdSink
+from .zframe import DEFAULT_LEVEL, SKIPPABLE_HEADER
+from .zstd_layout import LAYOUT_MAGIC, find_last_block, read_layout
+from .zstd_sink import ZstdFile, ZstdSink
 from .zstd_source import ZstdSource
+from .zstd_train import best_dictionary
 
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 _LAYOUT_MAGIC = SKIPPABLE_HEADER.pack(LAYOUT_MAGIC, 0)[:4]
-DEFAULT_FRAME_SIZE = 4 << 10  # measured (FRAMES.md section 7): W1 0.385x raw at level 1
+DEFAULT_FRAME_SIZE = 2 << 10  # measured (FRAMES.md section 7): one W1 record a frame
+AUTO = "auto"  # Writer(dictionary=AUTO): a new file's own, trained on its first frames
 MAX_FRAME_SIZE = legacy.MAX_FRAME_SIZE  # the largest frame a writer makes; readers' cap
 DEFAULT_CACHE_BYTES = 32 << 20
 MAX_DICT_SIZE = legacy.MAX_DICT_SIZE
@@ -91,10 +92,7 @@ def open_zstd(
 
 def new_zstd_sink(fd: int, dictionary: bytes | None, *, level: int, frame_size: int) -> ZstdSink:
     """A sink for a new, empty file: it starts with the layout frame."""
-    head = layout_frame(dictionary)
-    pwrite_all(fd, memoryview(head), 0)
-    state = GroupState(physical=len(head), logical=0, layout_end=len(head))
-    return ZstdSink(fd, state, dictionary=dictionary, level=level, frame_size=frame_size)
+    return ZstdSink.create(fd, dictionary, level=level, frame_size=frame_size)
 
 
 def append_state(fd: int, size: int, path: str) -> ZstdFile | legacy.ZstdFile:
@@ -143,7 +141,9 @@ def train_dictionary(records: Any, size: int = 64 << 10, alignment: int = 64) ->
     """Train a zstd dictionary on sample records (lists of values), for ``Writer(dictionary=)``.
 
     Small records compress poorly one frame at a time; a dictionary trained on a few
-    hundred typical records recovers most of what whole-file compression would gain.
+    hundred typical records recovers most of what whole-file compression would gain. A
+    new file's writer trains its own by default (on its first frames, the same way):
+    this is for one dictionary shared by files written apart, or trained on chosen records.
     """
     from ..codec import encode_record
     from ..dataset.fields import Fields
@@ -159,11 +159,10 @@ def train_dictionary(records: Any, size: int = 64 << 10, alignment: int = 64) ->
         raise ValueError(
             f"training a dictionary needs at least 8 sample records, got {len(samples)}"
         )
-    try:
-        trained = zstandard.train_dictionary(size, samples)
-    except zstandard.ZstdError as exc:
-        raise ValueError(f"zstd could not train a dictionary from these samples: {exc}") from None
-    return trained.as_bytes()
+    dictionary, _ = best_dictionary(samples, size, DEFAULT_LEVEL)
+    if dictionary is None:
+        raise ValueError("zstd could not train a dictionary from these samples")
+    return dictionary
 
 
 def read_dictionary_file(path: str | os.PathLike) -> bytes | None:

@@ -51,6 +51,7 @@ GROUP_BYTES = GROUP * LOCATOR.size + 4
 FIXED_BLOCK = SKIPPABLE_HEADER_SIZE + BLOCK.size + BLOCK_TRAILER.size
 MAX_RUNS = 4096
 SPAN_UNKNOWN = 0xFFFFFFFF  # a record whose frames take 4 GiB or more: found by the map
+CRC_RESIDUE = checksum(bytes(4))  # CRC-32C of bytes followed by their CRC: 0x48674BC7
 
 
 class Extent(NamedTuple):
@@ -323,20 +324,6 @@ def run_frame(locators: np.ndarray) -> bytes:
 
 def run_size(count: int) -> int:
     return SKIPPABLE_HEADER_SIZE + count * LOCATOR.size + 4 * -(-count // GROUP)
-
-
-def read_group(reader: Any, run: Run, j: int) -> tuple[memoryview, int]:
-    """(checked group bytes, position of locator ``j`` of ``run`` in them): one pread."""
-    g = j // GROUP
-    n = min(GROUP, run.count - g * GROUP)
-    at = run.offset + SKIPPABLE_HEADER_SIZE + g * GROUP_BYTES
-    data = pread_exact(reader, at, n * LOCATOR.size + 4)
-    body = memoryview(data)[: n * LOCATOR.size]
-    if checksum(body) != MAP_CHECKSUM.unpack_from(data, n * LOCATOR.size)[0]:
-        raise FormatError(
-            f"locator group {g} of the run at {run.offset}: checksum mismatch", at, code=CHECKSUM
-        )
-    return body, (j - g * GROUP) * LOCATOR.size
 
 
 def read_run(reader: Any, run: Run) -> np.ndarray:

@@ -121,9 +121,8 @@ class ZstdSource(LogicalReads):
         self.reader = reader
         self.table = last_seek_table(reader, reader.size, max_frame_size)
         self.dictionary = read_dictionary(reader, self.table.end)
-        dict_data = zstandard.ZstdCompressionDict(self.dictionary) if self.dictionary else None
         try:
-            self.dctx = new_decompressor(dict_data)
+            self._decode_with(self.dictionary)
         except zstandard.ZstdError as exc:
             raise FormatError(
                 f"dictionary frame holds no usable dictionary: {exc}", 8, code=DICTIONARY

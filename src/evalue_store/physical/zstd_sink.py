@@ -9,8 +9,9 @@ an index block of fixed size plus one descriptor per run. See docs/FRAMES.md.
 from __future__ import annotations
 
 import bisect
+import itertools
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import zstandard
@@ -43,13 +44,31 @@ from .zstd_layout import (
     encode_block,
     encode_map,
     frame_map,
+    layout_frame,
     read_run,
     run_frame,
 )
 from .zstd_source import ZstdSource
+from .zstd_train import TRAIN_BYTES, choose_dictionary
 
 MAX_FRAME_SIZE = 64 << 20
 NO_EXTENT = Extent(0, 0, 0)
+FILE_STATE = (  # what a sink knows of its file, as opposed to the logical stream's state
+    "fd",
+    "state",
+    "physical",
+    "dictionary",
+    "cctx",
+    "dctx",
+    "marker",
+    "_group_start",
+    "_group_logical",
+    "_fstart",
+    "_flog",
+    "_fsize",
+    "_g0",
+    "_old_map",
+)
 
 
 @dataclass
@@ -71,7 +90,11 @@ class GroupState:
 
 class ZstdSink(FrameCutter):
     """Compresses the logical bytes into zstd frames and ends each commit with a group's
-    run, map and index block."""
+    run, map and index block.
+
+    A new file's sink may first hold its frames back (``hold``) to train the file's
+    dictionary on them (``zstd_train``): the writer then has the file rebuilt with the
+    dictionary chosen (``rebuilt``), renames it over the old one and goes on in it (``take``)."""
 
     def __init__(
         self,
@@ -86,6 +109,8 @@ class ZstdSink(FrameCutter):
         self.fd = fd
         self.state = state
         self.physical = state.physical
+        self.level = level
+        self.dictionary = dictionary or None
         dict_data = zstandard.ZstdCompressionDict(dictionary) if dictionary else None
         self.cctx = new_compressor(level, dict_data)
         self.dctx = new_decompressor(dict_data)
@@ -103,6 +128,20 @@ class ZstdSink(FrameCutter):
             phys, logical = phys + c, logical + d
         self._g0 = 0
         self._old_map: tuple[np.ndarray, ...] | None = None
+        # Holding (a new file's first frames, kept back to train on): the frames, their
+        # bytes, the logical offset of the first, and what to call with a dictionary.
+        self.held: list[bytes] | None = None
+        self._held_bytes = 0
+        self._held_from = 0
+        self._use_dictionary: Callable[[bytes], None] | None = None
+
+    @classmethod
+    def create(cls, fd: int, dictionary: bytes | None, *, level: int, frame_size: int) -> ZstdSink:
+        """A sink for a new, empty file: it starts with the layout frame."""
+        head = layout_frame(dictionary)
+        pwrite_all(fd, memoryview(head), 0)
+        state = GroupState(physical=len(head), logical=0, layout_end=len(head))
+        return cls(fd, state, dictionary=dictionary, level=level, frame_size=frame_size)
 
     def _add(self, phys: int, logical: int, csize: int) -> None:
         self._fstart.append(phys)
@@ -110,16 +149,112 @@ class ZstdSink(FrameCutter):
         self._fsize.append(csize)
 
     def _emit(self) -> None:
-        frame = self.cctx.compress(self.pending)
+        if self.held is not None:
+            self.held.append(bytes(self.pending))
+            self._held_bytes += len(self.pending)
+            self.pending = bytearray()
+            if self._held_bytes >= TRAIN_BYTES:
+                self.settle()
+            return
+        self._write_frame(self.pending, self.pos - len(self.pending))
+        self.pending = bytearray()
+
+    def _emit_frames(self, data: memoryview, length: int) -> None:
+        """As FrameCutter's, written with one system call and their bookkeeping in bulk
+        (columnar writes of records a frame each make a frame per record)."""
+        if self.held is not None or not self.state.first.span:
+            super()._emit_frames(data, length)
+            return
+        compress = self.cctx.compress
+        frames = [compress(data[at : at + length]) for at in range(0, len(data), length)]
+        pwrite_all(self.fd, memoryview(b"".join(frames)), self.physical)
+        sizes = [len(frame) for frame in frames]
+        self._fstart.extend(itertools.accumulate(sizes[:-1], initial=self.physical))
+        self._flog.extend(range(self.pos, self.pos + len(data), length))
+        self._fsize.extend(sizes)
+        self.state.frames.extend(zip(sizes, itertools.repeat(length)))
+        self.state.largest = max(self.state.largest, length)
+        self.physical += sum(sizes)
+        self.pos += len(data)
+
+    def _write_frame(self, data: Any, logical: int) -> None:
+        """Compress ``data``, the logical bytes from ``logical`` on, into the next frame."""
+        frame = self.cctx.compress(data)
         pwrite_all(self.fd, memoryview(frame), self.physical)
         if not self.state.first.span:
             self.state.first = Extent(self.physical, 0, len(frame))
-            self.state.first_logical_size = len(self.pending)
+            self.state.first_logical_size = len(data)
         self.physical += len(frame)
-        self._add(self.physical - len(frame), self.pos - len(self.pending), len(frame))
-        self.state.frames.append((len(frame), len(self.pending)))
-        self.state.largest = max(self.state.largest, len(self.pending))
-        self.pending = bytearray()
+        self._add(self.physical - len(frame), logical, len(frame))
+        self.state.frames.append((len(frame), len(data)))
+        self.state.largest = max(self.state.largest, len(data))
+
+    def flush(self) -> None:
+        """Compress and write every frame so far: the held ones too (a commit needs them),
+        the dictionary question settled first."""
+        if self.pending:
+            self._emit()
+        if self.held is not None:
+            self.settle()
+
+    # ------------------------------------------------------------------ dictionary
+
+    def hold(self, use_dictionary: Callable[[bytes], None]) -> None:
+        """Keep the frames from now on back, in memory, until TRAIN_BYTES of them are held
+        or ``flush`` (a commit) needs them; then ``settle``. Only for a new file, whose
+        only commit so far (its first) holds no record."""
+        self.held = []
+        self._held_bytes = 0
+        self._held_from = self.pos - len(self.pending)
+        self._use_dictionary = use_dictionary
+
+    def settle(self) -> None:
+        """Choose a dictionary for the held frames. With one, ``use_dictionary`` has the
+        file rebuilt with it (``rebuilt``, ``take``); without, the held frames are written
+        as they are. Either way nothing held is dropped before it is in a frame of the file the
+        writer keeps: if this raises, the frames not yet written are still held."""
+        dictionary = choose_dictionary(self.held, self.level)
+        if dictionary is not None:
+            self._use_dictionary(dictionary)  # the rebuilt file holds them all
+        while self.held:
+            self._write_frame(self.held[0], self._held_from)
+            self._held_from += len(self.held.pop(0))
+        self.held = None
+
+    def rebuilt(
+        self, fd: int, dictionary: bytes, committed: bytes, footer_size: int, sync: Any
+    ) -> ZstdSink:
+        """A sink on the empty file ``fd`` holding this file rebuilt with ``dictionary``: its
+        only commit (``committed``, the logical bytes up to its end, the last
+        ``footer_size`` of them its footer), made durable with ``sync``, then the held
+        frames. This sink is unchanged until it ``take``s the new one (once the new file
+        has the old one's name); if this raises, ``fd`` is the caller's to discard."""
+        new = ZstdSink.create(fd, dictionary, level=self.level, frame_size=self.frame_size)
+        bounds = [*self._flog, len(committed)]
+        for lo, hi in zip(bounds[:-1], bounds[1:]):  # the same frames, with the dictionary
+            new._write_frame(committed[lo:hi], lo)
+        new.pos = len(committed)
+        new.end_commit(committed[len(committed) - footer_size :], sync)
+        sync()
+        logical = self._held_from
+        for frame in self.held or ():
+            new._write_frame(frame, logical)
+            logical += len(frame)
+        return new
+
+    def rewind(self, pos: int) -> bool:
+        """As FrameCutter.rewind; frames held back (not in the file) can be taken back too."""
+        while self.held and pos < self.pos - len(self.pending):
+            frame = self.held.pop()
+            self._held_bytes -= len(frame)
+            self.pending = bytearray(frame) + self.pending
+        return super().rewind(pos)
+
+    def take(self, new: ZstdSink) -> None:
+        """Go on in the file of ``new`` (see ``rebuilt``), which holds the held frames."""
+        for name in FILE_STATE:
+            setattr(self, name, getattr(new, name))
+        self.held = []
 
     @property
     def physical_end(self) -> int:
@@ -223,9 +358,15 @@ class ZstdSink(FrameCutter):
     # ------------------------------------------------------------------ reading back
 
     def read(self, offset: int, n: int) -> bytes:
-        """Logical bytes already in frames (the writer reads old index segments to merge):
-        frames this sink wrote from its own list, older ones through the file's frame map."""
-        self.flush()
+        """Logical bytes (the writer reads old index segments to merge): frames this sink
+        wrote from its own list, older ones through the file's frame map, held ones from
+        memory (a read does not settle the dictionary)."""
+        if self.held is None:
+            self.flush()
+        elif offset + n > self._held_from:
+            head = self.read(offset, self._held_from - offset) if offset < self._held_from else b""
+            start = max(offset, self._held_from) - self._held_from
+            return head + b"".join([*self.held, self.pending])[start : start + n - len(head)]
         out = bytearray()
         while len(out) < n:
             at = offset + len(out)

@@ -9,7 +9,9 @@ for anything older, the frame map built once from the chain of index blocks.
 
 from __future__ import annotations
 
+import array
 import bisect
+import struct
 from collections import OrderedDict
 from typing import Any
 
@@ -18,6 +20,7 @@ import zstandard
 
 from ..container import ENTRY, ENTRY_DTYPE, FRAME, FRAME_MAGIC, Commit, Header, parse_footer_at
 from ..errors import (
+    CHECKSUM,
     COMMIT,
     DICTIONARY,
     LAYOUT,
@@ -28,6 +31,10 @@ from ..errors import (
     FormatError,
 )
 from .zframe import (
+    BLOCK_SIZE_MAX,
+    OWN_DESCRIPTOR,
+    SKIPPABLE_HEADER_SIZE,
+    ZSTD_FRAME_MAGIC,
     FrameError,
     LogicalReads,
     aligned_bytes,
@@ -35,16 +42,18 @@ from .zframe import (
     check_frame,
     decompress_into,
     decompress_small,
-    new_decompressor,
 )
 from .zstd_layout import (
+    CRC_RESIDUE,
     GROUP,
+    GROUP_BYTES,
     LOCATOR,
     SPAN_UNKNOWN,
     Extent,
+    Run,
+    checksum,
     find_last_block,
     frame_map,
-    read_group,
     read_layout,
     read_run,
 )
@@ -52,6 +61,15 @@ from .zstd_layout import (
 SMALL_FRAME = 256 << 10  # frames up to this size are decompressed in one decoder call
 MAX_HINTS = 1 << 14  # records located but not yet read (a batch's lookups come first)
 MAX_GROUPS = 1 << 16  # locator groups kept (16 locators each: 25 MiB at most)
+GROUPS_AT = SKIPPABLE_HEADER_SIZE  # a run frame's first group follows its header
+LOCATOR_AT = LOCATOR.unpack_from
+LOCATOR_SIZE = LOCATOR.size
+FRAME_AT = FRAME.unpack_from
+FRAME_SIZE = FRAME.size
+SMALL_HEAD = struct.Struct("<5sHI").unpack_from  # magic, descriptor, content size, block header
+OWN_MAGIC = ZSTD_FRAME_MAGIC.to_bytes(4, "little") + bytes([OWN_DESCRIPTOR])
+BAD_HEAD = (b"", 0, 0)
+ZERO_BYTES = array.array("B", [0])
 
 
 class ZstdSource(LogicalReads):
@@ -78,9 +96,8 @@ class ZstdSource(LogicalReads):
             )
             raise FormatError(reason, block.offset, code=LIMIT)
         self.block = block
-        dict_data = zstandard.ZstdCompressionDict(self.dictionary) if self.dictionary else None
         try:
-            self.dctx = new_decompressor(dict_data)
+            self._decode_with(self.dictionary)
         except zstandard.ZstdError as exc:
             raise FormatError(
                 f"layout frame holds no usable dictionary: {exc}", 16, code=DICTIONARY
@@ -92,14 +109,27 @@ class ZstdSource(LogicalReads):
         self.alignment = 64
         self._cache: OrderedDict[int, tuple[int, memoryview]] = OrderedDict()
         self._cached = 0
-        self._groups: dict[tuple[int, int], memoryview] = {}
+        self._groups: dict[int, memoryview] = {}  # by file offset
         self._hints: dict[int, Extent] = {}
         self._hot: tuple[int, Any, int] | None = None
         self._runs = block.runs
+        self._run1 = block.runs[0] if len(block.runs) == 1 else None  # the common case
+        self._small_cap = min(max_frame_size, BLOCK_SIZE_MAX)  # a one-block frame's content
         self._firsts = [r.first for r in block.runs]
         self._extents = [e for e in (block.footer, block.metadata, block.first) if e.span]
         self._map: tuple[np.ndarray, ...] | None = None
         self.commit: Commit | None = None
+
+    @property
+    def reader(self) -> Any:
+        return self._reader
+
+    @reader.setter
+    def reader(self, reader: Any) -> None:
+        """The byte reader; a local file's mapping (``byteio.MapReader``) is also sliced
+        directly by the lookups, which saves a call per read."""
+        self._reader = reader
+        self._mmap = getattr(reader, "map", None)
 
     def set_alignment(self, alignment: int) -> None:
         if alignment != self.alignment:
@@ -156,6 +186,9 @@ class ZstdSource(LogicalReads):
     def _remember(self, phys: int, length: int, buf: memoryview) -> None:
         self._cache[phys] = (length, buf)
         self._cached += buf.nbytes
+        self._evict()
+
+    def _evict(self) -> None:
         while self._cached > self.cache_bytes and len(self._cache) > 1:
             _, (_, old) = self._cache.popitem(last=False)
             self._cached -= old.nbytes
@@ -225,6 +258,12 @@ class ZstdSource(LogicalReads):
         read that follows). A locator that cannot be used (damaged, or a record of 4 GiB of
         frames) gives way to the container's index entry at ``at``, read through the frame
         map: a read is right or raises, as a read of the decompressed file would be."""
+        found = self.record_frame(i) if i < self.block.record_count else None
+        if found is not None:  # the common case, as ds[i] finds it
+            buf, position, logical, length, crc, phys, span = found
+            self._hint(logical, Extent(phys, logical - position, span))
+            self._hot = (logical, buf, position)
+            return logical, length, crc, 0
         try:
             located = self._locate(i)
         except FormatError:
@@ -233,26 +272,135 @@ class ZstdSource(LogicalReads):
             return ENTRY.unpack_from(*self.frame(at, ENTRY.size))
         return located
 
-    def _locate(self, i: int) -> tuple[int, int, int, int] | None:
-        runs = self._runs
-        k = 0 if len(runs) == 1 else bisect.bisect_right(self._firsts, i) - 1
-        if k < 0 or i >= self.block.record_count:
-            return None
-        run = runs[k]
+    def _locator(self, i: int) -> tuple[int, int, int, int] | None:
+        """Record ``i``'s locator (logical offset, file offset, span, position) from its
+        checked group, when it is usable (FRAMES.md section 9 rule 1); None otherwise."""
+        run = self._run1 or self._runs[bisect.bisect_right(self._firsts, i) - 1]
         j = i - run.first
-        key = (run.offset, j // GROUP)
-        group = self._groups.get(key)
+        group = self._groups.get(i - j % GROUP)
         if group is None:
-            if len(self._groups) >= MAX_GROUPS:
-                self._groups.clear()
-            group = self._groups[key] = read_group(self.reader, run, j)[0]
-        logical, phys, span, position = LOCATOR.unpack_from(group, (j % GROUP) * LOCATOR.size)
-        if span == SPAN_UNKNOWN or position > logical:
+            group = self._read_group(run, i)
+            if group is None:
+                reason = f"locator group {j // GROUP} of the run at {run.offset}: checksum mismatch"
+                raise FormatError(reason, run.offset, code=CHECKSUM)
+        logical, phys, span, position = LOCATOR_AT(group, j % GROUP * LOCATOR_SIZE)
+        if (
+            span == SPAN_UNKNOWN
+            or position > logical
+            or phys < self.layout_end  # a record's frames lie between the layout frame
+            or phys + span > run.offset  # and its run
+        ):
             return None
-        if phys < self.layout_end or phys + span > run.offset:
-            return None  # a record's frames lie between the layout frame and its run
-        if logical + FRAME.size > self.size:
+        if logical + FRAME_SIZE > self.size:
             raise FormatError("a locator points past the logical end", logical, code=OUT_OF_BOUNDS)
+        return logical, phys, span, position
+
+    def _read_group(self, run: Run, i: int) -> bytes | None:
+        """The locator group of ``run`` holding record ``i``, read and checked (FRAMES.md
+        section 6 rule 3) and kept by the index of its first record; None if it fails its
+        CRC or the file ends before it."""
+        run_offset, first, count = run
+        g = (i - first) // GROUP
+        at = run_offset + SKIPPABLE_HEADER_SIZE + g * GROUP_BYTES
+        left = count - g * GROUP  # locators in this group and after it
+        size = (GROUP if left > GROUP else left) * LOCATOR_SIZE + 4
+        mapped = self._mmap
+        data = mapped[at : at + size] if mapped is not None else self.reader.pread(at, size)
+        if len(data) != size or checksum(data) != CRC_RESIDUE:  # the locators, then their CRC
+            return None
+        groups = self._groups
+        if len(groups) >= MAX_GROUPS:
+            groups.clear()
+        groups[first + g * GROUP] = data
+        return data
+
+    def record_frame(self, i: int) -> tuple[memoryview, int, int, int, int, int, int] | None:
+        """Record ``i`` (0 <= i < record count) for a random read, found through its
+        locator: (buffer, position of its frame header in it, logical offset, payload
+        length, crc, file offset and span of its frame), when the record lies within one
+        data frame and every check of the
+        frame layer passes (the caller checks the offset and length as FORMAT.md section 10
+        says). None otherwise: the caller then goes the general way (``entry``, ``frame``),
+        which reads any other record or says what is wrong. A cold read costs two bounded
+        reads (the locator's group, the frame) and one decoder call; this is ``_locator``
+        and ``_single`` inlined, in as few Python steps as the checks allow."""
+        run = self._run1 or self._runs[bisect.bisect_right(self._firsts, i) - 1]
+        slot = (i - run.first) % GROUP
+        group = self._groups.get(i - slot)
+        if group is None:
+            try:
+                group = self._read_group(run, i)
+            except FormatError:  # a remote object that changed: the general way says so
+                return None
+            if group is None:
+                return None
+        logical, phys, span, position = LOCATOR_AT(group, slot * LOCATOR_SIZE)
+        if span > SMALL_FRAME or position > logical:  # SPAN_UNKNOWN too
+            return None
+        hit = self._cache.get(phys)
+        if hit is not None:
+            self._cache.move_to_end(phys)
+            buf = hit[1]
+        else:
+            if phys < self.layout_end or phys + span > run.offset:
+                return None  # a record's frames lie between the layout frame and its run
+            mapped = self._mmap
+            try:
+                data = (
+                    mapped[phys : phys + span]
+                    if mapped is not None
+                    else self.reader.pread(phys, span)
+                )
+            except FormatError:
+                return None
+            if len(data) != span:
+                return None  # the file ends inside the frame: the general way says so
+            # FRAMES.md section 3 rule 3 for the frame a writer makes of a record or a few:
+            # its own descriptor, one compressed block, the last, filling the span (so the
+            # content size, the window, is at least the block); any other frame is walked.
+            magic, size, block = SMALL_HEAD(data) if span > 14 else BAD_HEAD
+            size += 256
+            if (
+                magic != OWN_MAGIC
+                or size > self._small_cap
+                or block & 0xFFFFFF != (span - 14) << 3 | 5
+                or span - 14 > size
+            ):
+                try:
+                    size = check_frame(data, self.cap)[1]  # exact: the frame fills the span
+                except FrameError:
+                    return None
+            raw = ZERO_BYTES * (size + self.alignment)
+            shift = (logical - position - raw.buffer_info()[0]) % self.alignment
+            buf = memoryview(raw)[shift : shift + size]
+            try:
+                dctx = self._local.dctx
+            except AttributeError:
+                dctx = self.dctx  # a thread's first read
+            try:
+                buf[:] = dctx.decompress(data)  # exactly size bytes, or ValueError
+            except (ValueError, zstandard.ZstdError):
+                return None
+            buf = buf.toreadonly()
+            self._cache[phys] = (span, buf)
+            self._cached += size
+            if self._cached > self.cache_bytes:
+                self._evict()
+        try:
+            magic, crc, length = FRAME_AT(buf, position)
+        except struct.error:
+            return None
+        if magic != FRAME_MAGIC or position + FRAME_SIZE + length > len(buf):
+            return None
+        return buf, position, logical, length, crc, phys, span
+
+    def _locate(self, i: int) -> tuple[int, int, int, int] | None:
+        if i >= self.block.record_count:
+            return None
+        located = self._locator(i)
+        if located is None:
+            return None
+        logical, phys, span, position = located
         ext = Extent(phys, logical - position, span)
         buf = self._single(ext)
         if buf is None or position + FRAME.size > buf.nbytes:  # the record spans frames
@@ -260,13 +408,17 @@ class ZstdSource(LogicalReads):
         magic, crc, length = FRAME.unpack_from(buf, position)
         if magic != FRAME_MAGIC:
             return None
-        hints = self._hints  # for a read that comes later (a batch locates all first)
-        if len(hints) >= MAX_HINTS:
-            hints.clear()
-        hints[logical] = ext
+        self._hint(logical, ext)
         fits = position + FRAME.size + length <= buf.nbytes
         self._hot = (logical, buf, position) if fits else None
         return logical, length, crc, 0
+
+    def _hint(self, logical: int, ext: Extent) -> None:
+        """Remember where the record at ``logical`` is, for a read that comes later (a batch
+        locates all its records first)."""
+        if len(self._hints) >= MAX_HINTS:
+            self._hints.clear()
+        self._hints[logical] = ext
 
     def _single(self, ext: Extent) -> memoryview | None:
         """The decompressed first frame of ``ext`` when it is cached or is all of ``ext`` (a
@@ -371,6 +523,7 @@ class ZstdSource(LogicalReads):
         return np.concatenate(out) if out else np.zeros(0, ENTRY_DTYPE)
 
     def close(self) -> None:
+        self._mmap = None
         self._cache.clear()
         self._groups.clear()
         self._hints.clear()

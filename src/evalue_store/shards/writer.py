@@ -12,6 +12,7 @@ from ..dataset.fields import FIELDS_KEY, Fields
 from ..dataset.writer import KEPT_BY_APPEND, Writer
 from ..errors import ClosedError
 from ..physical import remote
+from ..physical.zstd import AUTO
 from . import object_store
 from .manifest import (
     DIRECTORY_MANIFEST,
@@ -37,6 +38,15 @@ def _default_manifest(pattern: str) -> str:
             break
     stem = before.rstrip("-_.") + after if after else before.rstrip("-_.")
     return os.path.join(directory, stem + MANIFEST_SUFFIX if stem else DIRECTORY_MANIFEST)
+
+
+def reuse_dictionary(writer_options: dict[str, Any], finished: Writer) -> None:
+    """After a shard is finished: if ``writer_options`` leave each file to train its own
+    dictionary (the default) and this shard has one, the next shards use it too. One
+    training per job instead of one per shard, and one dictionary to decompress every
+    shard with (``zstd -d -D``)."""
+    if writer_options.get("dictionary", AUTO) == AUTO and finished.dictionary:
+        writer_options["dictionary"] = finished.dictionary
 
 
 def shard_full(writer: Writer, max_records: int | None, max_bytes: int | None) -> bool:
@@ -69,7 +79,8 @@ class ShardWriter:
     crashed writer's tail salvaged first, as with ``Writer(path, "a")``, and reported in
     ``salvage``), and ``len()`` says how many records are already stored, i.e. where the
     input should resume. Other keywords (``alignment``, ``compression``...) go to each
-    ``Writer``; ``max_bytes`` counts uncompressed bytes.
+    ``Writer``; ``max_bytes`` counts uncompressed bytes. Compressed shards share the
+    dictionary the first one trained (see ``Writer``), unless ``dictionary`` is given.
 
     For parallel writers give each process its own pattern, e.g.
     ``f"data/train-{rank:02d}-{{:05d}}.evs"``, then ``merge_manifests``.
@@ -205,6 +216,7 @@ class ShardWriter:
     def _finish_shard(self) -> None:
         assert self._writer is not None
         self._writer.close()
+        reuse_dictionary(self.writer_options, self._writer)
         info = describe_shard(self._writer.path)
         if self._staging is not None:
             url = self._staging.upload_shard(len(self.shards), info.path)

@@ -3,10 +3,19 @@
 ``as_torch`` turns a decoded value into a tensor that no later read shares; ``BatchSamples``
 is a batch read as columns (``EValueDataset.__getitems__``) that ``collate`` hands on without
 restacking; ``collate`` stacks same-shape tensors and pads variable-length ones (``Padded``).
+
+In a DataLoader worker, ``collate``'s batch travels to the main process as a pickle. Torch
+sends a tensor as a shared-memory file whose descriptor the main process fetches from the
+worker over a socket: about a millisecond of both processes' time per tensor, whatever its
+size. So a tensor smaller than ``SHARE_BYTES`` is allocated in ordinary memory and pickled
+by value (its bytes in the pickle), and a bigger one is allocated in shared memory (as
+torch's default_collate does) and sent as such (benchmarks/bench_loader.py).
 """
 
 from __future__ import annotations
 
+import math
+import operator
 from collections.abc import Collection, Hashable, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -17,6 +26,10 @@ from torch.utils.data import get_worker_info
 from ..buffers import private
 from ..dataset import indexing
 from ..dtypes import BFLOAT16
+
+SHARE_BYTES = 256 << 10  # in a DataLoader worker, tensors this big go to the main process
+# in shared memory, smaller ones by value: measured on a 2-core machine, a 256 KiB tensor by
+# value costs half the CPU time of one in shared memory, a 1 MiB tensor twice as much
 
 
 def as_torch(value: Any) -> Any:
@@ -59,6 +72,17 @@ def _numpy_of(tensor: torch.Tensor) -> np.ndarray:
     return tensor.numpy()
 
 
+def _empty(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
+    """An uninitialized CPU tensor; in a DataLoader worker, a big one (``SHARE_BYTES``) in
+    shared memory, so that sending the batch to the main process does not copy it again."""
+    shape = tuple(shape)
+    numel = math.prod(shape)
+    if numel * dtype.itemsize < SHARE_BYTES or get_worker_info() is None:
+        return torch.empty(shape, dtype=dtype)
+    like = torch.empty(0, dtype=dtype)
+    return like.new(like._typed_storage()._new_shared(numel)).view(shape)
+
+
 class Columns:
     """Allocates a batch's stacked columns as tensors and knows each one's tensor."""
 
@@ -66,12 +90,8 @@ class Columns:
         self.made: dict[int, tuple[np.ndarray, torch.Tensor]] = {}  # keeps arrays alive
 
     def new(self, shape: tuple, dtype: np.dtype) -> np.ndarray:
-        """A column's buffer: a tensor's numpy view; in a DataLoader worker the tensor is
-        in shared memory (as default_collate makes it), so that handing the batch to the
-        main process does not copy it again."""
-        tensor = torch.empty(shape, dtype=_torch_dtype(dtype))
-        if get_worker_info() is not None:
-            tensor.share_memory_()
+        """A column's buffer: a tensor's numpy view (``_empty``)."""
+        tensor = _empty(shape, _torch_dtype(dtype))
         array = _numpy_of(tensor)
         self.made[id(array)] = (array, tensor)
         return array
@@ -82,7 +102,7 @@ class Columns:
             return tensor if array is column else as_torch(column)
         if isinstance(column, torch.Tensor):
             return column
-        if not any(isinstance(v, (np.ndarray, list)) for v in column):
+        if set(map(type, column)).isdisjoint((np.ndarray, list)):  # (decoded: exact types)
             return column  # strings, numbers, None: as they are
         return [as_torch(v) for v in column]
 
@@ -135,15 +155,6 @@ class Padded(NamedTuple):
     mask: torch.Tensor
 
 
-def _empty(shape: Sequence[int], like: torch.Tensor) -> torch.Tensor:
-    """An uninitialized tensor; in a DataLoader worker, in shared memory (as default_collate
-    does) so that sending the batch to the main process does not copy it again."""
-    if get_worker_info() is None:
-        return torch.empty(tuple(shape), dtype=like.dtype)
-    storage = like._typed_storage()._new_shared(int(np.prod(shape)), device=like.device)
-    return like.new(storage).resize_(tuple(shape))
-
-
 def _pad(tensors: Sequence[torch.Tensor], pad_value: float) -> Padded:
     first = tensors[0]
     rest = first.shape[1:]
@@ -155,24 +166,31 @@ def _pad(tensors: Sequence[torch.Tensor], pad_value: float) -> Padded:
         )
     lengths = torch.tensor([len(t) for t in tensors], dtype=torch.int64)
     longest = int(lengths.max())
-    values = _empty((len(tensors), longest, *rest), first).fill_(pad_value)
+    values = _empty((len(tensors), longest, *rest), first.dtype).fill_(pad_value)
     for row, t in zip(values, tensors):
         row[: len(t)] = t
     mask = torch.arange(longest) < lengths[:, None]
     return Padded(values, lengths, mask)
 
 
+_DTYPE = operator.attrgetter("dtype")
+_SHAPE = operator.attrgetter("shape")
+
+
 def _collate_field(items: list, pad: bool | None, pad_value: float) -> Any:
-    kinds = {type(v) for v in items}  # sets, not all(...): collate runs for every batch
+    kinds = set(map(type, items))  # sets, not all(...): collate runs for every batch
     kind = kinds.pop() if len(kinds) == 1 else None
     if kind is not None and issubclass(kind, torch.Tensor):
-        same = len({(t.shape, t.dtype) for t in items}) == 1
-        if pad or (pad is None and not same):
-            return _pad(items, pad_value)
-        if not same:
+        if not pad and len(set(map(_DTYPE, items))) == 1:
+            first = items[0]
+            try:  # torch.stack checks the shapes
+                return torch.stack(items, out=_empty((len(items), *first.shape), first.dtype))
+            except RuntimeError:
+                if len(set(map(_SHAPE, items))) == 1:
+                    raise  # the shapes agree: another error
+        if pad is False:
             raise ValueError("tensors of one field differ in shape or dtype; add it to `pad`")
-        first = items[0]
-        return torch.stack(items, out=_empty((len(items), *first.shape), first))
+        return _pad(items, pad_value)
     if kind in (bool, int, float):
         return torch.tensor(
             items, dtype={bool: torch.bool, int: torch.int64}.get(kind, torch.float64)
@@ -200,12 +218,26 @@ def collate(
     With ``pad=None`` a field is padded only when its shapes differ in this batch, so its
     type can change from batch to batch; name the variable-length fields in ``pad`` (e.g.
     ``partial(collate, pad={0})``) to always get ``Padded`` for them and stacking for others.
+
+    In a DataLoader worker the result is a dict (list) subclass that sends its small tensors
+    to the main process by value (see the module docstring), where it is a plain dict (list).
     """
     if not batch:
         raise ValueError("cannot collate an empty batch")
     if isinstance(batch, BatchSamples):
-        return batch.collated(pad, pad_value)
+        out = batch.collated(pad, pad_value)
+    else:
+        out = _collate_samples(batch, pad, pad_value)
+    if get_worker_info() is None:
+        return out
+    if type(out) is dict:
+        return _ShippedDict(out)
+    return _ShippedList(out) if type(out) is list else out
 
+
+def _collate_samples(
+    batch: Sequence[Any], pad: Collection[Hashable] | None, pad_value: float
+) -> Any:
     def field(key: Hashable, items: list) -> Any:
         return _collate_field(items, None if pad is None else key in pad, pad_value)
 
@@ -224,6 +256,60 @@ def collate(
             raise ValueError("samples in a batch have different numbers of fields")
         return [field(k, [s[k] for s in batch]) for k in range(len(first))]
     return field(0, list(batch))
+
+
+# ----------------------------------------------------------------------------- worker to main
+
+
+class _ShippedDict(dict):
+    """A batch ``collate`` made in a DataLoader worker: a dict that pickles its small
+    tensors by value (``_by_value``); it arrives in the main process as a plain dict."""
+
+    def __reduce__(self) -> tuple:
+        return dict, ([(key, _by_value(value)) for key, value in self.items()],)
+
+
+class _ShippedList(list):
+    """As ``_ShippedDict``, for a batch of fields by position."""
+
+    def __reduce__(self) -> tuple:
+        return list, ([_by_value(value) for value in self],)
+
+
+def _by_value(value: Any) -> Any:
+    """What pickling sends for a batch's field: a small tensor as its bytes (rebuilt as a
+    tensor when unpickled), a Padded or a list of tensors (or of lists of them) as the
+    same of those; anything else as it is (torch sends a tensor in shared memory)."""
+    kind = type(value)
+    if kind is torch.Tensor:
+        small = value.nbytes < SHARE_BYTES and value.device.type == "cpu"
+        if small and value.is_contiguous() and not (value.requires_grad or value.is_shared()):
+            return _TensorBytes(value)
+    elif kind is Padded:
+        return Padded(*map(_by_value, value))
+    elif kind is list and not set(map(type, value)).isdisjoint((torch.Tensor, list)):
+        return [_by_value(v) for v in value]  # (a tensor list field: lists of tensors)
+    return value
+
+
+class _TensorBytes:
+    """A tensor that pickles as its bytes, and unpickles as a tensor again."""
+
+    __slots__ = ("tensor",)
+
+    def __init__(self, tensor: torch.Tensor):
+        self.tensor = tensor
+
+    def __reduce__(self) -> tuple:
+        t = self.tensor
+        data = t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
+        return _tensor_from_bytes, (data, t.dtype, tuple(t.shape))
+
+
+def _tensor_from_bytes(data: bytes, dtype: torch.dtype, shape: tuple) -> torch.Tensor:
+    if not data:
+        return torch.empty(shape, dtype=dtype)
+    return torch.frombuffer(bytearray(data), dtype=dtype).view(shape)
 
 
 # ----------------------------------------------------------------------------- iterable
