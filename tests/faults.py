@@ -5,6 +5,10 @@ SystemExit) runs between two bytecodes, so its exception can surface right befor
 after any system call the library makes. ``interrupt_at(n)`` raises it exactly there: at the
 n-th call, counted over the file-system calls below, before the call or after it returned.
 ``count_calls`` says how many boundaries an operation has, so a test can try every one.
+
+A handler's exception can also surface between two statements that make no system call
+(a buffered write changes only the writer's own state): ``interrupt_at_line(n)`` raises it
+before the n-th line the library executes in this thread, ``count_lines`` counts them.
 """
 
 from __future__ import annotations
@@ -12,8 +16,13 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
+
+import evalue_store
+
+LIBRARY = os.path.dirname(evalue_store.__file__) + os.sep
 
 # (module, name) of every call the library's durability depends on.
 CALLS = [
@@ -85,3 +94,39 @@ def count_calls(operation: Callable[[], Any]) -> int:
     with _patched(_Counter(None, "after", KeyboardInterrupt)) as counter:
         operation()
     return counter.calls
+
+
+class _LineCounter:
+    """A trace function counting the lines run in the library's frames, and a context
+    manager that sets it for this thread; raises ``exc`` before the ``target``-th line
+    (None: never)."""
+
+    def __init__(self, target: int | None, exc: type[BaseException]):
+        self.lines = 0
+        self.target = target
+        self.exc = exc
+        self.fired = ""  # function:line it fired at, once it has
+
+    def __call__(self, frame: Any, event: str, arg: Any) -> Any:
+        if not frame.f_code.co_filename.startswith(LIBRARY):
+            return None  # no line events there; calls into the library are still seen
+        if event == "line":
+            self.lines += 1
+            if self.lines == self.target:
+                self.fired = f"{frame.f_code.co_name}:{frame.f_lineno}"
+                raise self.exc()
+        return self
+
+    def __enter__(self) -> _LineCounter:
+        sys.settrace(self)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        sys.settrace(None)
+
+
+def interrupt_at_line(n: int | None, exc: type[BaseException] = KeyboardInterrupt) -> _LineCounter:
+    """A context manager raising ``exc`` before the ``n``-th library line run in this thread
+    (1-based; None: never, to count them in ``lines``). ``fired`` names where ("" if it was
+    not reached)."""
+    return _LineCounter(n, exc)

@@ -162,6 +162,27 @@ def test_unnamed_records_of_every_kind(tmp_path):
             assert_batch(got, expected(ds, list(indices)))
 
 
+@pytest.mark.parametrize("compression", [None, "zstd"])
+def test_0d_tensors_in_a_batch_of_several_layouts(tmp_path, compression):
+    """A 0-d tensor field stacks to [B] on the record-by-record path too (strings of
+    several lengths make several layouts), in get_batch and in the torch dataset."""
+    from evalue_store.torch import EValueDataset
+
+    path = tmp_path / "zero_d.evs"
+    with evs.Writer(path, compression=compression) as writer:
+        for i in range(5):
+            writer.append([np.array(i, np.int32), "x" * i])
+    with evs.open(path) as ds:
+        got = ds.get_batch([0, 1, 2])
+        assert_batch(got, expected(ds, [0, 1, 2]))
+        assert_same_value(got[0], np.array([0, 1, 2], np.int32))
+        out = np.empty(3, np.int32)
+        assert ds.get_batch([4, 0, 3], out={0: out})[0] is out
+        assert out.tolist() == [4, 0, 3]
+    samples = EValueDataset(str(path)).__getitems__([0, 1, 2])
+    assert [int(s[0]) for s in samples] == [0, 1, 2] and [s[1] for s in samples] == ["", "x", "xx"]
+
+
 def test_same_layout_records_with_dim_order_and_bools(tmp_path):
     """One layout for every record (the column-by-column path): a dim-order tensor comes
     back stacked and C-ordered, Bool fields as a bool array."""
@@ -242,6 +263,30 @@ def test_out_buffers_on_the_column_path(w1_path, indices):
 def test_out_buffers_that_do_not_fit(w1_path, out, message):
     with evs.open(w1_path) as ds, pytest.raises(ValueError, match=message):
         ds.get_batch([9, 2, 2000], out=out)
+
+
+def test_an_empty_batch_holds_the_out_buffers(tmp_path, w1_path):
+    """get_batch([]) with out: B = 0, so a buffer [0, ...] fits and comes back as given;
+    one that holds rows is refused naming the field. Unnamed and sharded files too."""
+    tokens, labels = np.empty((0, 128), np.int64), torch.empty(0, dtype=torch.int64)
+    with evs.open(w1_path) as ds:
+        got = ds.get_batch([], out={"tokens": tokens, "label": labels})
+        assert got["tokens"] is tokens and got["label"] is labels
+        assert got["features"] == [] and got["id"] == []
+        with pytest.raises(ValueError, match=r"field 'label': shape \[1\], the batch has 0"):
+            ds.get_batch([], out={"label": np.empty(1, np.int64)})
+        with pytest.raises(ValueError, match="field 'label': shape"):
+            ds.get_batch(np.zeros(len(ds), bool), out={"label": np.empty((), np.int64)})
+    path = tmp_path / "unnamed.evs"
+    with evs.Writer(path) as writer:
+        writer.append([np.ones(3), 1])
+    with evs.open(path) as ds:
+        assert ds.get_batch([], out={1: labels}) == [[], labels]
+    path = tmp_path / "named.evs"
+    with evs.Writer(path) as writer:
+        writer.append(w1(0, np.random.default_rng(0)))
+    with evs.open_shards([str(w1_path), str(path)]) as sds:
+        assert sds.get_batch([], out={"tokens": tokens})["tokens"] is tokens
 
 
 def test_read_only_out_buffer(w1_path):

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import _thread
 import errno
+import signal
+import sys
 import threading
 import time
+import tracemalloc
 
 import numpy as np
 import pytest
@@ -30,8 +33,8 @@ def body(path) -> bytes:
 
 def rows_of(columns: dict, n: int) -> list:
     def value(column, k):
-        if isinstance(column, evs.Typed):
-            return column.value[k]
+        if isinstance(column, evs.Typed):  # evs.Tensor: row k is a tensor, 0-d for a 1-D one
+            return column.value[k, ...]
         if isinstance(column, torch.Tensor):
             return column[k]
         if isinstance(column, np.ndarray) and column.ndim == 1 and column.dtype.kind in "iufb":
@@ -117,6 +120,52 @@ def test_columns_of_every_kind(tmp_path):
     assert_same_file(tmp_path, columns, n)
 
 
+def test_a_column_that_is_not_contiguous_is_not_copied_whole(tmp_path):
+    """Rows of a slice of a bigger array or of a broadcast (each row C-contiguous, the
+    column not) are gathered batch by batch (4 MiB of frames): numpy's allocations
+    (traced) stay about the write's buffers (3 of frames, the sink's, a batch of rows:
+    20 MiB), below half the column's 64 MiB (a copy of the column was 80 MiB), and the
+    records are the appended rows."""
+    n, width = 64, 1 << 17  # 1 MiB int64 rows
+    wide = np.arange(n * 2 * width, dtype=np.int64).reshape(n, 2 * width)
+    columns = {
+        "slice": wide[:, :width],  # rows contiguous, the whole not
+        "broadcast": np.broadcast_to(np.arange(width, dtype=np.int64), (n, width)),
+    }
+    for key, column in columns.items():
+        assert not column.flags.c_contiguous
+        path = tmp_path / f"{key}.evs"
+        tracemalloc.start()
+        try:
+            with evs.Writer(path, durable=False) as writer:
+                writer.extend_columns({"x": column})
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert peak < column.nbytes // 2, (key, peak)
+        with evs.open(path) as ds:
+            assert len(ds) == n and ds.verify().ok
+            for k in (0, 1, n // 2, n - 1):
+                assert np.array_equal(ds[k][0], column[k])
+    assert_same_file(tmp_path, {"s": wide[:8, :width], "b": columns["broadcast"][:8]}, 8)
+
+
+@pytest.mark.parametrize(
+    "column",
+    [np.arange(30), np.arange(30, dtype=np.float32), torch.arange(30), torch.ones(30).bool()],
+)
+def test_a_1d_column_wrapped_in_tensor_is_0d_tensors(tmp_path, column):
+    """README: "wrap a 1-D array in evs.Tensor(...) for 0-d tensors": the records are
+    those appending evs.Tensor(row k) writes, a 0-d tensor each (alone, the column has
+    one layout; next to a list of strings of several lengths, it is encoded row by row)."""
+    for extra in ({}, {"s": ["x" * (k % 3) for k in range(30)]}):
+        path = assert_same_file(tmp_path, {"t": evs.Tensor(column), **extra}, 30)
+        with evs.open(path) as ds:
+            values = [ds[k][0] for k in range(30)]
+        assert all(isinstance(v, np.ndarray) and v.shape == () for v in values)
+        assert [v.item() for v in values] == np.asarray(column).tolist()
+
+
 @pytest.mark.parametrize(
     "column",
     [
@@ -152,6 +201,10 @@ def test_appends_go_on_after_columns(tmp_path):
         ({"a": np.array([1, 2**63], np.uint64)}, "row 1"),
         ({"a": np.float32(3)}, "not float32"),
         ({"a": [1, 2, object()]}, "no EValue kind"),
+        ({"a": np.array([[1, 2], [3, 4]], object)}, "column 'a': numpy dtype object has no"),
+        ({"a": np.empty((3, 2), object)}, "column 'a': numpy dtype object has no"),
+        ({"a": np.array([["x"], ["y"]])}, "column 'a': numpy dtype <U1 has no"),
+        ({"a": evs.Tensor(np.array([1, 2], object))}, "column 'a': numpy dtype object has no"),
     ],
 )
 def test_bad_columns_append_nothing(tmp_path, columns, message):
@@ -382,6 +435,70 @@ def test_an_interrupt_of_the_encoding_thread_appends_nothing(
         writer.extend_columns(w1_columns(5, seed=1))
     with evs.open(path) as ds:
         assert len(ds) == 15 and ds.verify().ok and ds.uncommitted_bytes == 0
+
+
+def _waits_in(ident: int, name: str) -> bool:
+    """Whether thread ``ident`` is inside a call of ``name`` and below it (waiting)."""
+    frame = sys._current_frames().get(ident)
+    if frame is None or frame.f_code.co_name == name:
+        return False
+    while frame is not None and frame.f_code.co_name != name:
+        frame = frame.f_back
+    return frame is not None
+
+
+def test_a_sigint_while_the_caller_waits_for_the_writes_raises_once_they_have_stopped(
+    tmp_path, monkeypatch, small_batches
+):
+    """A real SIGINT reaches the calling thread while it waits for the last batch's write
+    (which this test holds up): the call raises only after that write has returned, and
+    appends nothing, so the records appended next are not overwritten. Thread.join of
+    Python 3.11 returns at once after an interrupt of its wait, while the thread writes on."""
+    path = tmp_path / "sigint.evs"
+    real = plain.pwrite_all
+    main = threading.main_thread().ident
+    handled, raised = threading.Event(), threading.Event()
+    events: list = []
+    batches = {"n": 0}
+
+    def pwrite_all(fd, data, offset):
+        if threading.current_thread().name == "evalue_store-write":
+            batches["n"] += 1
+            if batches["n"] == 59:  # the last batch: 700 = 58 * 12 + 4 records
+                while not _waits_in(main, "finish"):
+                    time.sleep(0.001)
+                signal.pthread_kill(main, signal.SIGINT)  # interrupts the caller's wait
+                handled.wait()
+                raised.wait(2)  # time for a caller that did not wait to go on (none should)
+            real(fd, data, offset)
+            events.append("wrote")
+            return None
+        return real(fd, data, offset)
+
+    def on_sigint(signum, frame):
+        handled.set()
+        raise KeyboardInterrupt
+
+    with evs.Writer(path) as writer:
+        writer.extend_columns(w1_columns(10))
+        writer.commit()
+        size = path.stat().st_size
+        monkeypatch.setattr(plain, "pwrite_all", pwrite_all)
+        previous = signal.signal(signal.SIGINT, on_sigint)
+        try:
+            writer.extend_columns(w1_columns(700))
+        except KeyboardInterrupt:
+            events.append("raised")
+            raised.set()
+        finally:
+            signal.signal(signal.SIGINT, previous)
+        monkeypatch.setattr(plain, "pwrite_all", real)
+        assert events == ["wrote"] * 59 + ["raised"]  # no write after the call raised
+        assert len(writer) == 10 and size <= path.stat().st_size <= -(-size // 64) * 64
+        assert not writing_behind()
+        writer.extend_columns(w1_columns(700, seed=1))
+    with evs.open(path) as ds:
+        assert len(ds) == 710 and ds.verify().ok and ds.uncommitted_bytes == 0
 
 
 def test_batches_written_behind_interrupted_at_every_call_keep_all_or_none(tmp_path, small_batches):

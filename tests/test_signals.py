@@ -1,10 +1,11 @@
-"""Signals at every syscall boundary of commit, abort, recover and mode "w".
+"""Signals at every syscall boundary of commit, abort, recover and mode "w", and at every
+line of an append.
 
 A SIGINT (KeyboardInterrupt) or a SIGTERM handler's SystemExit surfaces between two
-bytecodes, so right before or right after any system call. Whatever the boundary: every
-commit that returned is kept, the file opens at a whole commit, a reader that had opened the
-file keeps reading it, and the file takes appends afterwards (docs/THREAT_MODEL.md).
-"""
+bytecodes: right before or right after any system call, and between two statements that make
+none (a buffered write makes no system call). Whatever the boundary: every commit that
+returned is kept, the file opens at a whole commit, a reader that had opened the file keeps
+reading it, and the file takes appends afterwards (docs/THREAT_MODEL.md)."""
 
 from __future__ import annotations
 
@@ -14,13 +15,14 @@ import random
 import signal
 import threading
 import time
+from typing import Any
 
 import numpy as np
 import pytest
 
 import evalue_store as evs
 
-from .faults import count_calls, interrupt_at
+from .faults import count_calls, interrupt_at, interrupt_at_line
 
 
 def rec(i: int) -> list:
@@ -151,6 +153,81 @@ def test_interrupt_at_every_syscall_boundary(tmp_path, compression, case, exc):
                 assert (counter.fired, when) == ("close", "before"), where
                 continue
             check_records(path, {total})
+
+
+def _row(i: int) -> list:
+    return [np.full(4, i, np.int64), f"k{i:02d}"]
+
+
+def _columns(rows: range, mixed: bool = False) -> dict:
+    tokens = [np.arange(i % 3 + 1) if mixed else _row(i)[0] for i in rows]
+    return {0: tokens if mixed else np.stack(tokens), 1: [_row(i)[1] for i in rows]}
+
+
+INTERRUPTED = {  # what each appends: rows from 5 on
+    "append": lambda w: w.append(_row(5)),
+    "extend": lambda w: w.extend(_row(i) for i in range(5, 21)),  # one batch: 16 rows
+    "extend_columns": lambda w: w.extend_columns(_columns(range(5, 9))),
+    "extend_columns of mixed layouts": lambda w: w.extend_columns(_columns(range(5, 8), True)),
+}
+
+
+@pytest.mark.parametrize("op", sorted(INTERRUPTED))
+def test_an_append_interrupted_at_every_line_changes_nothing_committed(tmp_path, op):
+    """An interrupt before any line the library runs in an append, extend or extend_columns
+    of a plain file; the caller catches it and goes on, or a ``with`` block aborts. No byte
+    below the last commit's end changes (FORMAT.md section 2.3), what the operation
+    appended is all there or gone (for extend: the rows before the interrupt), and the
+    file takes appends after it. The syscall sweep above never stopped between the two
+    statements of a buffered write (there is no system call there): an interrupt there
+    once made the undo of the record cut the file back below its last commit."""
+    run = INTERRUPTED[op]
+    path = tmp_path / "data.evs"
+
+    with evs.Writer(path, durable=False) as w:
+        w.extend(_row(i) for i in range(5))
+    committed = path.read_bytes()
+
+    def caught(traced: Any) -> None:
+        w = evs.Writer(path, "a", durable=False)
+        with traced:
+            try:
+                run(w)
+            except KeyboardInterrupt:
+                pass
+        assert path.read_bytes()[: len(committed)] == committed
+        w.append(_row(99))
+        w.close()
+
+    def aborted(traced: Any) -> None:
+        try:
+            with evs.Writer(path, "a", durable=False) as w, traced:
+                run(w)
+        except KeyboardInterrupt:
+            pass
+
+    for body, last in ((caught, ["k99"]), (aborted, [])):
+        counter = interrupt_at_line(None)
+        body(counter)
+        assert counter.lines > 20
+        for n in range(1, counter.lines + 1):
+            path.write_bytes(committed)
+            traced = interrupt_at_line(n)
+            body(traced)
+            where = f"{body.__name__}, line {n} ({traced.fired})"
+            data = path.read_bytes()
+            assert data[: len(committed)] == committed, where
+            if body is aborted:
+                assert data == committed, where  # the abort cut exactly the uncommitted
+            with evs.open(path) as ds:
+                got = [ds[i][1] for i in range(len(ds))]
+                assert ds.verify().ok and ds.uncommitted_bytes == 0, where
+            added = got[5 : len(got) - len(last)]
+            assert got[:5] == [_row(i)[1] for i in range(5)], where
+            assert got[len(got) - len(last) :] == last, where
+            assert added == [_row(i)[1] for i in range(5, 5 + len(added))], where
+            if op.startswith("extend_columns"):
+                assert len(added) in (0, 4 if op == "extend_columns" else 3), where
 
 
 def _commit_forever(path: str, compression, ready) -> None:

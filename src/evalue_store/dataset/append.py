@@ -122,16 +122,18 @@ class Appending:
             if offset & (self.alignment - 1):  # after a footer the file end may be unaligned
                 offset = self._align()
             sink.begin_block(FRAME_SIZE + length)
+            pending = self._pending
+            entries = len(pending)
             try:
                 for chunk in chunks:
                     sink.write(chunk, len(chunk))  # bytearrays and 1-D uint8 arrays
-            except BaseException as exc:
+                pending += ENTRY.pack(offset, length, crc, 0)  # the record is appended
+                if fields is None:
+                    self._record_appended(fixed)
+            except BaseException as exc:  # an interrupt lands anywhere: all or nothing
+                del pending[entries:]
                 self._undo_record(offset, exc)
                 raise
-            pending = self._pending
-            pending += ENTRY.pack(offset, length, crc, 0)
-            if fields is None:
-                self._record_appended(fixed)
             return self._commit.record_count + len(pending) // ENTRY_SIZE - 1
 
     @serialized
@@ -158,14 +160,16 @@ class Appending:
         sink.begin_block(FRAME_SIZE + length)
         crc = self._checksum(payload)
         padding = -(FRAME_SIZE + length) & (self.alignment - 1)
+        entries = len(self._pending)
         try:
             sink.write(FRAME.pack(FRAME_MAGIC, crc, length), FRAME_SIZE)
             sink.write(payload, length)
             sink.write(bytes(padding), padding)  # so that the next block starts aligned
+            self._pending += ENTRY.pack(offset, length, crc, 0)
         except BaseException as exc:
+            del self._pending[entries:]
             self._undo_record(offset, exc)
             raise
-        self._pending += ENTRY.pack(offset, length, crc, 0)
         return len(self) - 1
 
     @serialized

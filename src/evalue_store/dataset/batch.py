@@ -105,6 +105,14 @@ class Allocator:
             raise ValueError(f"out for {self.label(k)}: {problem}")
         return array
 
+    def empty(self, k: int) -> None:
+        """Check the ``out`` of field k for a batch of no records, whose field's dtype and
+        shape are not known: it must hold no row."""
+        array = _as_numpy(self.outs[k])
+        if array.ndim == 0 or array.shape[0] != 0:
+            shape = list(array.shape)
+            raise ValueError(f"out for {self.label(k)}: shape {shape}, the batch has 0 records")
+
     def refuse_list(self, k: int, why: str) -> None:
         if k in self.outs:
             raise ValueError(f"out for {self.label(k)}: its values do not stack ({why})")
@@ -388,7 +396,13 @@ def _one_by_one(sds: Any, positions: np.ndarray, shard_of: np.ndarray) -> list:
 
 def name_columns(columns: list, names: tuple[str, ...] | None, alloc: Allocator) -> Batch:
     """The batch as returned: the caller's own ``out`` objects (a tensor stays a tensor),
-    by field name when the file has names."""
+    by field name when the file has names. A batch of no records has no columns: it is
+    then empty lists, and the caller's ``out`` objects (checked to hold no row)."""
+    if not columns and alloc.count == 0 and alloc.outs:
+        width = len(names) if names is not None else max(alloc.outs) + 1
+        columns = [[] for _ in range(width)]
+        for k in alloc.outs:
+            alloc.empty(k)
     for k, target in alloc.outs.items():
         columns[k] = target
     if names is None:

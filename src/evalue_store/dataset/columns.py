@@ -10,8 +10,9 @@ A column is one field's values for all N records:
 * a numpy array or torch tensor of shape [N, ...] with at least 2 dimensions: a Tensor
   per record (row k); wrap a 1-D array in ``evs.Tensor(...)`` for 0-d tensors;
 * a 1-D integer / floating / bool array: an Int / Double / Bool per record;
-* a list or tuple of N values of any kind (strings, bytes, None...), or a numpy string or
-  object array: value k per record, as ``append`` would store it.
+* a list or tuple of N values of any kind (strings, bytes, None...), or a 1-D numpy string
+  or object array: value k per record, as ``append`` would store it (such an array of more
+  dimensions is refused, as ``append`` refuses its rows).
 
 The records are exactly those ``append`` would write, row by row (the file is byte for
 byte the same). When every record has the first record's layout (codec.layout: tensors of
@@ -55,6 +56,11 @@ class Column:
         if force_tensor:
             value = value.value
         if isinstance(value, np.ndarray) and value.dtype.kind in "SUO":  # values, not numbers
+            if value.ndim != 1 or force_tensor:  # rows that append refuses as tensors
+                raise EncodeError(
+                    f"column {key!r}: numpy dtype {value.dtype} has no ExecuTorch ScalarType "
+                    "(its rows cannot be tensors; a 1-D array of it is a column of values)"
+                )
             value = value.tolist()
         if isinstance(value, np.ndarray) or _is_torch_tensor(value):
             array = as_array(value) if value.ndim > 1 or force_tensor else np.asarray(value)
@@ -84,8 +90,9 @@ class Column:
     def row(self, k: int) -> Any:
         if self.items is not None:
             return self.items[k]
-        value = self.array[k]
-        return value if self.scalar is None else self.scalar(value)
+        if self.scalar is not None:
+            return self.scalar(self.array[k])
+        return self.array[k, ...]  # an array: 0-d for a 1-D column wrapped in evs.Tensor
 
     def block(self, slot: Any) -> np.ndarray | None:
         kind, _, _, detail = slot
@@ -106,7 +113,21 @@ class Column:
             return None  # rows stored after a conversion: record by record
         if not nbytes:
             return np.zeros((count, 0), np.uint8)
-        return np.ascontiguousarray(array).reshape(count, -1).view(np.uint8).reshape(count, nbytes)
+        if not array.flags.c_contiguous:  # a slice of a bigger array, a broadcast: not copied
+            return _Rows(array, nbytes)
+        return array.reshape(count, -1).view(np.uint8).reshape(count, nbytes)
+
+
+class _Rows:
+    """The bytes of the rows of a tensor column that is not C-contiguous, gathered batch
+    by batch (``rows[lo:hi]``), so that the memory a write needs stays about a batch."""
+
+    def __init__(self, array: np.ndarray, nbytes: int):
+        self.array, self.nbytes = array, nbytes
+
+    def __getitem__(self, rows: slice) -> np.ndarray:
+        part = np.ascontiguousarray(self.array[rows])
+        return part.reshape(len(part), -1).view(np.uint8).reshape(len(part), self.nbytes)
 
 
 def _items_block(items: list, kind: int, size: Any) -> np.ndarray | None:
@@ -161,8 +182,9 @@ def columns_of(columns: Mapping[Any, Any]) -> tuple[Any, int]:
 def column_layout(
     columns: list[Column], alignment: int, checksum: Any, known: Layout | None = None
 ) -> tuple[Layout, list] | None:
-    """The first record's layout and each column's bytes for it ([N, width] uint8, None
-    for a value without bytes), or None when the records do not all share that layout.
+    """The first record's layout and each column's bytes for it ([N, width] uint8, or
+    _Rows giving them for a slice of the records; None for a value without bytes), or
+    None when the records do not all share that layout.
     ``known``: a layout the first record may have (the last batch's), used if it does,
     instead of compiling the same again."""
     chunks, length, _ = encode_record([c.row(0) for c in columns], alignment, checksum)

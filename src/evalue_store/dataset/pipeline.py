@@ -35,6 +35,9 @@ class WriteBehind:
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._error: BaseException | None = None
         self._stop = False
+        self._ended = False  # set by the thread after its last write, before _done is released
+        self._done = threading.Lock()
+        self._done.acquire()  # released by the thread once it has ended
         self._thread = threading.Thread(target=self._run, name="evalue_store-write", daemon=True)
         self._thread.start()
 
@@ -52,38 +55,48 @@ class WriteBehind:
 
     def finish(self) -> None:
         """Wait for every queued write; raise the exception of one that failed."""
-        self._jobs.put(None)
         self._join()
         if self._error is not None:
             raise self._error
 
     def cancel(self) -> None:
         """Skip the writes not yet begun and wait for the one under way to return."""
-        self._stop = True
-        self._jobs.put(None)
-        self._join()
+        self._join(stop=True)
 
-    def _join(self) -> None:
+    def _join(self, stop: bool = False) -> None:
         """Wait for the thread to end. An interrupt does not cut the wait short (the caller
-        may cut the file back next, which must come after the thread's last write, at most
-        one batch away): it is raised once the thread has ended."""
+        may cut the file back next, which must come after the thread's last write): it is
+        raised once the thread has ended. Thread.join is not used for this: in Python 3.11
+        an interrupt of its wait marks a running thread as stopped, and the next join
+        returns at once. A lock released by the thread can be waited for again, and
+        ``_ended`` tells whether an acquire that an interrupt followed had returned (then
+        the thread only returns: joining it waits for no write)."""
         interrupted: BaseException | None = None
-        while True:
+        while not self._ended:
             try:
-                self._thread.join()
-                break
+                self._stop = self._stop or stop
+                self._jobs.put(None)  # the end of the jobs (the thread stops at the first)
+                self._done.acquire()
             except BaseException as exc:
                 interrupted = interrupted or exc
+        try:
+            self._thread.join()  # it only returns now: gone once the call returns or raises
+        except BaseException as exc:
+            interrupted = interrupted or exc
         if interrupted is not None:
             raise interrupted
 
     def _run(self) -> None:
-        while (job := self._jobs.get()) is not None:
-            frames, count, size, stride = job
-            if self._error is None and not self._stop:
-                try:
-                    view = memoryview(frames[:count].reshape(-1))
-                    self._write_frames(self._sink, view, count, size, stride)
-                except BaseException as exc:  # raised in the caller, which undoes the batch
-                    self._error = exc
-            self._free.put(frames)
+        try:
+            while (job := self._jobs.get()) is not None:
+                frames, count, size, stride = job
+                if self._error is None and not self._stop:
+                    try:
+                        view = memoryview(frames[:count].reshape(-1))
+                        self._write_frames(self._sink, view, count, size, stride)
+                    except BaseException as exc:  # raised in the caller, which undoes the batch
+                        self._error = exc
+                self._free.put(frames)
+        finally:
+            self._ended = True  # no write after this
+            self._done.release()

@@ -202,6 +202,14 @@ def open_plain(fd: int, size: int, backend: str) -> tuple[Any, Header, Commit]:
 class PlainSink:
     """Writes the logical bytes straight to the file (the uncompressed container).
 
+    Small writes wait in ``buf``, which holds the file's bytes from ``start`` (every byte
+    before it has been written) to ``pos`` (the logical end). A signal handler's exception
+    can land between any two statements, so each change of that state is one store made
+    last: a buffered write copies its bytes past the end, then moves ``pos``; a flush
+    writes the buffer out, then moves ``start``. ``pos < start`` only while a direct write
+    is under way (or was cut short there): the bytes from ``pos`` on are then not the
+    container's, as after any failed write, and the next write goes over them.
+
     ``writeback`` (set by a durable writer): every WRITEBACK_BYTES written, the kernel is
     asked to start writing them to the disk (``files.start_writeback``), so that the
     commit's fsync finds most of them there instead of writing them all while the
@@ -215,8 +223,8 @@ class PlainSink:
     def __init__(self, fd: int, pos: int):
         self.fd = fd
         self.pos = pos  # logical end, including the buffer
-        self.buf = bytearray(self.FLUSH_BYTES)  # allocated once: [0, fill) waits for a write(2)
-        self.fill = 0
+        self.start = pos  # file offset of buf[0]: the bytes before it are written
+        self.buf = bytearray(self.FLUSH_BYTES)  # allocated once: [0, pos - start) waits
         self.marker: tuple[int, bytes] | None = None  # (file offset, bytes) of the last footer
         self.writeback = False
         self.written_back = pos  # writeback was started for the bytes before this
@@ -230,16 +238,20 @@ class PlainSink:
     def write(self, data: Any, size: int) -> None:
         if size >= self.DIRECT_BYTES:
             self.flush()
-            pwrite_all(self.fd, memoryview(data).cast("B"), self.pos)
-            self._wrote(self.pos + size)
-        else:
-            if self.fill + size > self.FLUSH_BYTES:
-                self.flush()
-            if type(data) is not bytearray:  # records are; anything else is seen as bytes
-                data = memoryview(data).cast("B")
-            self.buf[self.fill : self.fill + size] = data
-            self.fill += size
-        self.pos += size
+            pos = self.pos
+            self.start = pos + size  # the bytes up to there are the file's (pos follows)
+            pwrite_all(self.fd, memoryview(data).cast("B"), pos)
+            self.pos = pos + size
+            self._wrote(pos + size)
+            return
+        fill = self.pos - self.start
+        if not 0 <= fill <= self.FLUSH_BYTES - size:
+            self.flush()
+            fill = 0
+        if type(data) is not bytearray:  # records are; anything else is seen as bytes
+            data = memoryview(data).cast("B")
+        self.buf[fill : fill + size] = data
+        self.pos += size  # the bytes are written: one store
 
     def begin_block(self, size: int, granule: int = 0) -> None:
         """Called before each block; only the frame layer cares where blocks start."""
@@ -253,22 +265,24 @@ class PlainSink:
     def rewind(self, pos: int) -> bool:
         """Forget what was written from logical offset ``pos`` on (a record whose write
         failed part way): the next block goes there, and bytes of it already in the file are
-        cut off, so no stray bytes stay between blocks or after the last one. True: done."""
-        buffered_from = self.pos - self.fill
-        # Cut at the flushed end too: a direct write that failed part way may have left
-        # bytes after it (its position was never counted).
-        os.ftruncate(self.fd, min(pos, buffered_from))
-        self.fill = max(0, pos - buffered_from)
-        self.pos = pos
+        cut off, so no stray bytes stay between blocks or after the last one. True: done.
+        ``pos`` is at or after the last commit's end, and so is what is cut."""
+        # Cut at the written end too: a direct write that failed part way may have left
+        # bytes after it (``start`` counts them, ``pos`` does not).
+        os.ftruncate(self.fd, min(pos, self.start))
+        self.pos = pos  # first: pos < start means "nothing buffered" until start follows
+        self.start = min(self.start, pos)
         self.written_back = min(self.written_back, pos)
         return True
 
     def flush(self) -> None:
-        if self.fill:
-            with memoryview(self.buf) as view:
-                pwrite_all(self.fd, view[: self.fill], self.pos - self.fill)
-            self.fill = 0
-            self._wrote(self.pos)
+        start, pos = self.start, self.pos
+        if pos != start:
+            if pos > start:
+                with memoryview(self.buf) as view:
+                    pwrite_all(self.fd, view[: pos - start], start)
+            self.start = pos  # written (a repeat before this store writes the same bytes)
+            self._wrote(pos)
 
     def end_commit(self, footer: bytes, sync: Any) -> None:
         """Write the footer (the last ``len(footer)`` logical bytes): the commit's marker,
