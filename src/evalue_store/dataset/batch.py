@@ -28,6 +28,7 @@ from ..codec.batch_decode import decode_batch
 from ..container import ENTRY_DTYPE, ENTRY_SIZE, FRAME_SIZE
 from ..dtypes import BFLOAT16
 from ..errors import FIELDS, FormatError
+from ..physical.zframe import aligned_empty
 from ..values import _is_torch_tensor
 from . import indexing
 
@@ -165,6 +166,41 @@ def _entries_at(ds: Any, positions: np.ndarray) -> np.ndarray | None:
     return raw.view(ENTRY_DTYPE).ravel()
 
 
+def _located_rows(ds: Any, positions: np.ndarray) -> tuple[np.ndarray, Any, np.ndarray] | None:
+    """A compressed file's batch as ``ds[i]`` finds its records (``record_frame``: the
+    locator, then the frame, each frame decompressed once while cached), in file order:
+    their index entries (from their frame headers, checked later as the index's are), one
+    buffer holding their frames, each at a place congruent to its offset modulo the
+    alignment (as ``gather`` places them), and each frame's position in it. None if a
+    record is not found so, or the batch is over GATHER_BYTES: the record-by-record path
+    reads it, and says what is wrong."""
+    order = np.argsort(positions, kind="stable")
+    located, align = ds._located, ds.header.alignment
+    entries, frames, places = [], [], []
+    end = 0
+    for i in positions[order].tolist():
+        record = located(i)
+        if record is None:
+            return None
+        buf, pos, offset, length, crc, _, _ = record
+        place = end + (offset - end) % align
+        end = place + FRAME_SIZE + length
+        if end > GATHER_BYTES:
+            return None
+        entries.append((offset, length, crc))
+        frames.append(bytes(buf[pos : end - place + pos]))  # not the whole frame
+        places.append(place)
+    out = aligned_empty(end + 8, 0, align)  # 8 bytes to spare, as gather leaves them
+    view = memoryview(out)
+    for place, frame in zip(places, frames):
+        view[place : place + len(frame)] = frame
+    rows = np.zeros(len(positions), ENTRY_DTYPE)
+    rows["offset"][order], rows["length"][order], rows["crc"][order] = zip(*entries)  # (B > 0)
+    at = np.empty(len(positions), np.int64)
+    at[order] = places
+    return rows, view.toreadonly(), at
+
+
 def _segment_rows(mapped: Any, seg: Any, rows: np.ndarray) -> np.ndarray:
     """Entries ``rows`` of a mapped index segment, taken as rows of 8-byte words (numpy
     copies a structured dtype element by element, several times slower)."""
@@ -184,7 +220,8 @@ def _by_layout(ds: Any, positions: np.ndarray, alloc: Allocator) -> list | None:
     its layout, the groups' columns merged. None where the batch does not fit it (too many
     layouts, a structure without one, an index entry or record that fails a check): the
     record-by-record path then reads it, and reports what is wrong."""
-    entries = _entries_at(ds, positions)
+    located = _located_rows(ds, positions) if ds._located is not None else None
+    entries = _entries_at(ds, positions) if located is None else located[0]
     if entries is None:
         return None
     header, end, limit = ds.header, ds.commit.end, ds.max_record_bytes
@@ -214,13 +251,18 @@ def _by_layout(ds: Any, positions: np.ndarray, alloc: Allocator) -> list | None:
     layouts = []
     for rows in groups:
         k = int(rows[0])  # the group's layout: read (and so checked) first if not yet known
-        layout = _layout_for(ds, int(positions[k]), int(offsets[k]), int(lengths[k]), int(crcs[k]))
+        frame = None if located is None else (located[1], int(located[2][k]))
+        layout = _layout_for(
+            ds, int(positions[k]), int(offsets[k]), int(lengths[k]), int(crcs[k]), frame
+        )
         if layout is None or any(j >= len(layout.slots) for j in alloc.outs):
             return None
         layouts.append(layout)
     source = ds._source
     if source.mapped is not None:
         buf, frames = source.mapped, offsets
+    elif located is not None:
+        _, buf, frames = located
     elif int(lengths.sum()) + FRAME_SIZE * len(lengths) > GATHER_BYTES:
         return None
     else:
@@ -277,12 +319,19 @@ def _merge(
     return merged
 
 
-def _layout_for(ds: Any, i: int, offset: int, length: int, crc: int) -> Any:
+def _layout_for(
+    ds: Any, i: int, offset: int, length: int, crc: int, frame: tuple[Any, int] | None = None
+) -> Any:
     """The Layout of records of ``length`` bytes, compiled from record ``i`` (read, and so
-    checked, first) if the dataset has none yet; None if that structure has none."""
+    checked, first; ``frame``: its frame is already at buf[pos]) if the dataset has none
+    yet; None if that structure has none."""
     if length not in ds._layouts:
-        ds._read(i, offset, length, crc)  # raises for a bad record
-        buf, pos = ds._source.frame(offset, FRAME_SIZE + length)
+        if frame is None:
+            ds._read(i, offset, length, crc)  # raises for a bad record
+            buf, pos = ds._source.frame(offset, FRAME_SIZE + length)
+        else:
+            buf, pos = frame
+            ds._decode(i, buf, pos, offset, length, crc)  # raises for a bad record
         layout = compile_layout(buf, pos, length, ds.header.alignment)
         ds._remember_layout(length, layout)
         return layout

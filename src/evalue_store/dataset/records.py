@@ -29,6 +29,7 @@ from .indexing import Index
 ENTRY_UNPACK = ENTRY.unpack_from
 MAX_LAYOUTS = 1024  # record structures remembered per reader (bounded: lengths may all differ)
 SCAN_CHUNK = 512  # index entries a scan decodes at a time
+SCAN_SPAN = 1 << 20  # logical bytes of records a compressed scan decompresses at a time
 
 
 class Records:
@@ -219,27 +220,31 @@ class Records:
             # not find, or that fails a check, goes through ``_record``, which says why.
             n = self._len
             if -n <= index < n:
-                i = index + n if index < 0 else index
-                found = located(i)
-                if found is None:
-                    record = self._record(i)
-                else:
-                    buf, pos, offset, length, crc, _, _ = found
-                    limit = self.max_record_bytes
-                    if (
-                        offset % self.header.alignment
-                        or offset < self.header.data_start
-                        or length > self.commit.end - offset - FRAME_SIZE
-                        or (limit is not None and length > limit)
-                    ):
-                        record = self._record(i)  # raises
-                    else:
-                        layout = self._layouts.get(length)
-                        record = None if layout is None else layout.decode(buf, pos, crc)
-                        if record is None:
-                            record = self._decode(i, buf, pos, offset, length, crc)
+                record = self._from_locator(index + n if index < 0 else index)
                 return to_dict(record, self._dict_names()) if self.as_dict else record
         return self._index(index)
+
+    def _from_locator(self, i: int) -> list:
+        """Record ``i`` of a compressed file, whose source finds its frame through its
+        locator (one group, one frame); the entry checks of ``_read`` inlined. A record it
+        does not find, or that fails a check, goes through ``_record``, which says why."""
+        found = self._located(i)
+        if found is None:
+            return self._record(i)
+        buf, pos, offset, length, crc, _, _ = found
+        limit = self.max_record_bytes
+        if (
+            offset % self.header.alignment
+            or offset < self.header.data_start
+            or length > self.commit.end - offset - FRAME_SIZE
+            or (limit is not None and length > limit)
+        ):
+            return self._record(i)  # raises
+        layout = self._layouts.get(length)
+        record = None if layout is None else layout.decode(buf, pos, crc)
+        if record is None:
+            record = self._decode(i, buf, pos, offset, length, crc)
+        return record
 
     def _index(self, index: Index) -> Any:
         """``self[index]`` for any index and source."""
@@ -249,7 +254,10 @@ class Records:
             record = self._record(where)
             return to_dict(record, self._dict_names()) if self.as_dict else record
         if isinstance(where, range):
-            records = [self._record(i) for i in where]
+            if self._source.compressed and where.step == 1:
+                records = list(self._by_spans(where.start, where.stop))
+            else:
+                records = [self._record(i) for i in where]
         else:
             records = self._get_positions(where.tolist())
         return self._named(records) if self.as_dict else records
@@ -281,6 +289,11 @@ class Records:
 
     def _get_positions(self, positions: list[int]) -> list[list]:
         wanted = sorted(zip(positions, range(len(positions))))
+        if self._located is not None:  # compressed: as ds[i] reads, in file order (each
+            result: list = [None] * len(wanted)  # frame decompressed once while cached)
+            for i, k in wanted:
+                result[k] = self._from_locator(i)
+            return result
         pin = getattr(self._source, "pin", None)  # a remote source fetches a batch at once
         if pin is not None:
             pin([(self._entry_at(i), ENTRY_SIZE) for i, _ in wanted], index=True)
@@ -310,6 +323,8 @@ class Records:
         self._ensure_open()
         if self._source.mapped is not None:
             records = self._scan_mapped()
+        elif self._source.compressed:
+            records = self._by_spans(0, self._len, scan=True)
         else:
             records = self._scan_by_chunks()
         if self.as_dict:
@@ -336,19 +351,13 @@ class Records:
                     yield from (self._record(i) for i in range(first + lo, first + lo + good))
                     at = int(chunk[good]["offset"])
                     raise FormatError(SHADOWED, at, self.path, record=first + lo + good, code=INDEX)
-                # Runs: records of one payload length, each frame right after the one before
-                # (as a writer appends them), so their frames are ``step`` bytes apart.
-                lengths, offsets = chunk["length"], chunk["offset"]
-                step = lengths + (FRAME_SIZE + self.header.alignment - 1)
-                step -= step % self.header.alignment
-                joined = (lengths[1:] == lengths[:-1]) & (offsets[1:] == offsets[:-1] + step[:-1])
-                bounds = [0, *(np.flatnonzero(~joined) + 1).tolist(), len(chunk)]
-                for a, b in zip(bounds[:-1], bounds[1:]):
+                lengths = chunk["length"]
+                for a, b in self._runs(chunk):
                     i = first + lo + a
                     while a < b and int(lengths[a]) not in self._layouts:  # how one is learned
                         yield self._record(i)
                         i, a = i + 1, a + 1
-                    run = self._scan_run(chunk[a:b]) if a < b else ([], [])
+                    run = self._scan_run(chunk[a:b], self._source.mapped) if a < b else ([], [])
                     if run is None:
                         for j in range(i, i + b - a):
                             yield self._record(j)
@@ -361,8 +370,106 @@ class Records:
                         yield values if values is not None else self._record(j)
             first += seg.count
 
+    def _runs(self, entries: np.ndarray) -> list[tuple[int, int]]:
+        """[a, b) of each run of ``entries``: records of one payload length, each frame right
+        after the one before (as a writer appends them), so their frames are a stride apart."""
+        lengths, offsets = entries["length"], entries["offset"]
+        step = lengths + (FRAME_SIZE + self.header.alignment - 1)
+        step -= step % self.header.alignment
+        joined = (lengths[1:] == lengths[:-1]) & (offsets[1:] == offsets[:-1] + step[:-1])
+        bounds = [0, *(np.flatnonzero(~joined) + 1).tolist(), len(entries)]
+        return list(zip(bounds[:-1], bounds[1:]))
+
+    def _by_spans(self, start: int, stop: int, scan: bool = False) -> Iterator[list]:
+        """Records [start, stop) in order, for a compressed source: index entries read
+        SCAN_CHUNK at a time, and the frames holding up to SCAN_SPAN bytes of consecutive
+        records decompressed at once into one buffer (``source.span``), from which each
+        record is checked and decoded as ``_decode`` does (runs of one layout together, as
+        in a mapped scan): lookups per span, not per record. Entries that fail a check,
+        overlap an earlier record, or cannot be read, and the records of a span that cannot
+        be read, are read one by one by ``_record``, so errors name their record and the
+        records before them are still yielded. ``scan``: an overlapping record ends it
+        (``__iter__``'s rule)."""
+        reach = 0
+        for seg, first in zip(self._segments, self._starts):
+            lo, hi = max(start, first), min(stop, first + seg.count)
+            for i in range(lo, hi, SCAN_CHUNK):
+                count = min(SCAN_CHUNK, hi - i)
+                try:
+                    raw = self._source.read(
+                        seg.offset + (i - first) * ENTRY_SIZE, count * ENTRY_SIZE
+                    )
+                except FormatError:
+                    yield from (self._record(j) for j in range(i, i + count))
+                    continue
+                chunk = np.frombuffer(raw, ENTRY_DTYPE)
+                shadowed, reach = bounded.shadowed(
+                    chunk, reach, self.header.data_start, self.commit.end
+                )
+                cut = int(shadowed.argmax()) if scan and shadowed.any() else count
+                sound = self._sound(chunk) & ~shadowed
+                flips = np.flatnonzero(np.diff(sound[:cut].astype(np.int8))) + 1
+                bounds = [0, *flips.tolist(), cut]
+                for a, b in zip(bounds[:-1], bounds[1:]):
+                    if a < b and sound[a]:
+                        yield from self._spans(i + a, chunk[a:b])
+                    else:
+                        yield from (self._record(j) for j in range(i + a, i + b))
+                if cut < count:
+                    at = int(chunk[cut]["offset"])
+                    raise FormatError(SHADOWED, at, self.path, record=i + cut, code=INDEX)
+
+    def _sound(self, entries: np.ndarray) -> np.ndarray:
+        """Which ``entries`` pass the checks ``_read`` makes of an entry (and have no
+        reserved bits set)."""
+        offsets = entries["offset"].astype(np.int64)  # (past 2**63: negative, so refused)
+        lengths = entries["length"].astype(np.int64)
+        ok = (entries["reserved"] == 0) & (offsets % self.header.alignment == 0)
+        ok &= (offsets >= self.header.data_start) & (
+            lengths <= self.commit.end - offsets - FRAME_SIZE
+        )
+        if self.max_record_bytes is not None:
+            ok &= lengths <= self.max_record_bytes
+        return ok
+
+    def _spans(self, first: int, entries: np.ndarray) -> Iterator[list]:
+        """Records ``first``... of ``entries`` (sound, in file order, none overlapping), read
+        a span of up to SCAN_SPAN bytes at a time."""
+        starts = entries["offset"].astype(np.int64)
+        ends = starts + FRAME_SIZE + entries["length"].astype(np.int64)
+        a = 0
+        while a < len(entries):
+            b = max(a + 1, int(np.searchsorted(ends, starts[a] + SCAN_SPAN, side="right")))
+            lo, hi = int(starts[a]), int(ends[b - 1])
+            try:
+                buf, pos = self._source.span(lo, hi - lo)
+            except FormatError:  # one by one: the error names the record a bad frame holds
+                yield from (self._record(j) for j in range(first + a, first + b))
+            else:
+                yield from self._decode_span(first + a, entries[a:b], buf, pos - lo)
+            a = b
+
+    def _decode_span(self, first: int, entries: np.ndarray, buf: Any, shift: int) -> Iterator[list]:
+        """The records of ``entries`` (checked, in file order) from ``buf``, which holds
+        logical byte x at ``x + shift``."""
+        lengths, offsets, crcs = entries["length"], entries["offset"], entries["crc"]
+        for a, b in self._runs(entries):
+            i = first + a
+            while a < b and int(lengths[a]) not in self._layouts:  # how one is learned
+                offset, length = int(offsets[a]), int(lengths[a])
+                yield self._decode(i, buf, offset + shift, offset, length, int(crcs[a]))
+                i, a = i + 1, a + 1
+            run = self._scan_run(entries[a:b], buf, shift) if a < b else ([], [])
+            for k, values in enumerate(run[0] if run is not None else [None] * (b - a)):
+                if values is None:  # read by itself: it is, or it says what is wrong
+                    offset, length = int(offsets[a + k]), int(lengths[a + k])
+                    values = self._decode(
+                        i + k, buf, offset + shift, offset, length, int(crcs[a + k])
+                    )
+                yield values
+
     def _scan_by_chunks(self) -> Iterator[list]:
-        """Every record in order, for a compressed or pread source: index entries are read
+        """Every record in order, for a pread source: index entries are read
         SCAN_CHUNK at a time instead of one lookup per record. A chunk that cannot be read,
         or an entry with reserved bits, is read record by record by ``_record``, so that
         errors name their record and the records before them are still yielded."""
@@ -385,12 +492,15 @@ class Records:
                     yield self._record(i) if reserved else self._read(i, offset, length, crc)
             first += seg.count
 
-    def _scan_run(self, entries: np.ndarray) -> tuple[list, list[int]] | None:
+    def _scan_run(
+        self, entries: np.ndarray, buf: Any, shift: int = 0
+    ) -> tuple[list, list[int]] | None:
         """The records of a run (one payload length whose layout is known, frames laid end to
-        end from the first entry's offset) decoded together, and the positions among them of
-        the ones to read by ``_record`` (None in the list): a record whose structure differs,
-        or whose checksum or frame header does not match. None if the run cannot be decoded
-        together (a damaged index: ``_record`` reports each record)."""
+        end from the first entry's offset) decoded together from ``buf`` (which holds logical
+        byte x at ``x + shift``), and the positions among them of the ones to read one by
+        one (None in the list): a record whose structure differs, or whose checksum or frame
+        header does not match. None if the run cannot be decoded together (a damaged index:
+        each record is then read by itself, which reports it)."""
         offset, length, _, _ = entries[0].tolist()
         count = len(entries)
         layout = self._layouts.get(length)
@@ -404,11 +514,10 @@ class Records:
             or offset + (count - 1) * stride + FRAME_SIZE + length > self.commit.end
         ):
             return None
-        buf = self._source.mapped
         crcs = entries["crc"]
-        records, bad = layout.decode_run(buf, offset, stride, count, crcs)
+        records, bad = layout.decode_run(buf, offset + shift, stride, count, crcs)
         if self._crc_on_read:
-            at = offset + FRAME_SIZE
+            at = offset + shift + FRAME_SIZE
             starts = np.arange(at, at + count * stride, stride, dtype=np.int64)
             sums = checksum_ranges(self._checksum, buf, starts, length)
             if not (sums == crcs).all():

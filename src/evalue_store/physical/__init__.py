@@ -1,9 +1,9 @@
 """The physical variants a container is stored as, told apart by the file's first bytes.
 
 ``plain``: the file is the container. ``zstd``: the container stored as zstd frames
-(docs/FRAMES.md): ``zstd_source`` / ``zstd_sink`` / ``zstd_layout`` for layout 2,
-``zstd_legacy`` and ``seekable`` for layout 1, ``zframe`` for one frame, ``zsalvage`` for a
-crashed writer's frames. ``remote`` reads either variant from object storage
+(docs/FRAMES.md): ``zstd_source`` (with ``zstd_pass``) / ``zstd_sink`` / ``zstd_layout`` for
+layout 2, ``zstd_legacy`` and ``seekable`` for layout 1, ``zframe`` for one frame,
+``zsalvage`` for a crashed writer's frames. ``remote`` reads either variant from object storage
 (``remote_cache``: whole local copies); ``salvage`` is the tail recovery both share. Every
 variant gives readers a source (see ``plain`` for the protocol) and writers a sink; this
 module opens a file by its name or URL (``open_file``) and picks the variant, so that

@@ -43,6 +43,7 @@ MAX_EXPANSION_RATIO = BLOCK_SIZE_MAX // MIN_BLOCK_SIZE
 yields at most 128 KiB and costs at least 4 bytes; headers and checksum only add bytes)."""
 MIN_FRAME_SIZE = SKIPPABLE_HEADER_SIZE
 """No frame is smaller than 8 bytes (a bare skippable header; a zstd frame needs 9)."""
+SMALL_FRAME = 256 << 10  # frames up to this size are decompressed in one decoder call
 DEFAULT_LEVEL = 1  # measured: smaller and faster than 3 on frames of a few KiB of records
 
 
@@ -115,6 +116,11 @@ class LogicalReads:
     def read(self, offset: int, n: int) -> memoryview:
         buf, pos = self.frame(offset, n)
         return buf[pos : pos + n]
+
+    def span(self, offset: int, n: int) -> tuple[Any, int]:
+        """``frame(offset, n)`` for a pass in file order (a scan reads its records a span at
+        a time), which a source may serve more cheaply than a random read."""
+        return self.frame(offset, n)
 
     def gather(
         self, offsets: np.ndarray, sizes: np.ndarray, *, index: bool = False

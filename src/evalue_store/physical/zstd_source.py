@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import zstandard
 
-from ..container import ENTRY, ENTRY_DTYPE, FRAME, FRAME_MAGIC, Commit, Header, parse_footer_at
+from ..container import ENTRY, FRAME, FRAME_MAGIC, Commit, Header, parse_footer_at
 from ..errors import (
     CHECKSUM,
     COMMIT,
@@ -34,6 +34,7 @@ from .zframe import (
     BLOCK_SIZE_MAX,
     OWN_DESCRIPTOR,
     SKIPPABLE_HEADER_SIZE,
+    SMALL_FRAME,
     ZSTD_FRAME_MAGIC,
     FrameError,
     LogicalReads,
@@ -55,10 +56,9 @@ from .zstd_layout import (
     find_last_block,
     frame_map,
     read_layout,
-    read_run,
 )
+from .zstd_pass import FramePasses
 
-SMALL_FRAME = 256 << 10  # frames up to this size are decompressed in one decoder call
 MAX_HINTS = 1 << 14  # records located but not yet read (a batch's lookups come first)
 MAX_GROUPS = 1 << 16  # locator groups kept (16 locators each: 25 MiB at most)
 GROUPS_AT = SKIPPABLE_HEADER_SIZE  # a run frame's first group follows its header
@@ -72,7 +72,7 @@ BAD_HEAD = (b"", 0, 0)
 ZERO_BYTES = array.array("B", [0])
 
 
-class ZstdSource(LogicalReads):
+class ZstdSource(FramePasses, LogicalReads):
     """Random access to the logical bytes of a layout-2 file. Decompressed frames are kept
     in an LRU cache of ``cache_bytes``, keyed by their file offset; buffers are placed so
     that a logical offset that is a multiple of the alignment is an aligned address."""
@@ -112,6 +112,7 @@ class ZstdSource(LogicalReads):
         self._groups: dict[int, memoryview] = {}  # by file offset
         self._hints: dict[int, Extent] = {}
         self._hot: tuple[int, Any, int] | None = None
+        self._last: tuple[int, memoryview] | None = None  # a span's last frame (file offset)
         self._runs = block.runs
         self._run1 = block.runs[0] if len(block.runs) == 1 else None  # the common case
         self._small_cap = min(max_frame_size, BLOCK_SIZE_MAX)  # a one-block frame's content
@@ -134,7 +135,7 @@ class ZstdSource(LogicalReads):
     def set_alignment(self, alignment: int) -> None:
         if alignment != self.alignment:
             self.alignment = alignment
-            self._hot = None
+            self._hot = self._last = None
             self._cache.clear()
             self._cached = 0
 
@@ -450,22 +451,6 @@ class ZstdSource(LogicalReads):
 
     # ------------------------------------------------------------------ whole file
 
-    def chunks(self) -> Any:
-        """Every data frame's logical bytes in order (decompressing each once, uncached)."""
-        phys, logi, csizes, lsizes = self._frame_map()
-        for k in range(len(phys)):
-            yield self._whole_frame(int(phys[k]), int(logi[k]), int(csizes[k]), int(lsizes[k]))
-
-    def _whole_frame(self, at: int, logical: int, csize: int, lsize: int) -> memoryview:
-        """The frame the map lists at ``at``, which must fill exactly its listed sizes."""
-        try:
-            length, buf = self._decode(memoryview(self.reader.pread(at, csize)), logical)
-        except FrameError as exc:
-            raise FormatError(f"frame at {at}: {exc}", at, code=ZSTD_FRAME) from None
-        if length != csize or buf.nbytes != lsize:
-            raise FormatError(f"frame at {at} disagrees with the frame map", at, code=ZSTD_FRAME)
-        return buf
-
     def last_commit(self, header: Header) -> Commit:
         """The commit the last index block ends: its logical end is a commit's."""
         commit = parse_footer_at(self.read, self.size, header)
@@ -478,54 +463,10 @@ class ZstdSource(LogicalReads):
         self.commit = commit
         return commit
 
-    def verify_frames(self) -> list[str]:
-        """Problems of the frame layer: the chain of index blocks and maps, every data
-        frame, every locator against the frame map and the container's index."""
-        try:
-            phys, logi, csizes, lsizes = self._frame_map()
-            for k in range(len(phys)):
-                self._whole_frame(int(phys[k]), int(logi[k]), int(csizes[k]), int(lsizes[k]))
-        except FormatError as exc:
-            return [f"frame layer: {exc}"]
-        problems = []
-        ends = phys + csizes
-        for run in self._runs:
-            try:
-                loc = read_run(self.reader, run)
-            except FormatError as exc:
-                problems.append(str(exc))
-                continue
-            entries = self._entries(run.first, run.count)
-            k = np.searchsorted(phys, loc["physical"])
-            k = np.minimum(k, len(phys) - 1)
-            last = loc["logical"] + FRAME.size + entries["length"] - 1
-            k2 = np.searchsorted(logi, last, side="right") - 1
-            bad = (
-                (loc["logical"] != entries["offset"])
-                | (phys[k] != loc["physical"])
-                | (logi[k] + loc["position"] != loc["logical"])
-                | ((loc["span"] != SPAN_UNKNOWN) & (ends[k2] - loc["physical"] != loc["span"]))
-            )
-            if bad.any():
-                first = run.first + int(np.flatnonzero(bad)[0])
-                problems.append(f"locator of record {first} disagrees with the index and frames")
-        return problems
-
-    def _entries(self, first: int, count: int) -> np.ndarray:
-        """Index entries of records [first, first + count), read through the frame map."""
-        out, start = [], 0
-        for seg in self.commit.segments if self.commit else ():
-            lo, hi = max(first, start), min(first + count, start + seg.count)
-            if lo < hi:
-                raw = self.read(seg.offset + (lo - start) * ENTRY.size, (hi - lo) * ENTRY.size)
-                out.append(np.frombuffer(bytes(raw), ENTRY_DTYPE))
-            start += seg.count
-        return np.concatenate(out) if out else np.zeros(0, ENTRY_DTYPE)
-
     def close(self) -> None:
         self._mmap = None
         self._cache.clear()
         self._groups.clear()
         self._hints.clear()
-        self._hot = None
+        self._hot = self._last = None
         self.reader.close()
