@@ -55,6 +55,14 @@ class Log:
             self.seen.clear()
             self.max_in_flight = 0
 
+    def settle(self, timeout: float = 30) -> None:
+        """Wait until no request is being handled. A client that gave up on a request
+        (its connection dropped under load) and sent it again got its answer, while the
+        proxy may still be handling the first one and log it later."""
+        deadline = time.monotonic() + timeout
+        while self.in_flight and time.monotonic() < deadline:
+            time.sleep(0.01)
+
     def gets(self) -> list[Seen]:
         with self.lock:
             return [s for s in self.seen if s.method == "GET"]
