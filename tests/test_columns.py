@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 import tracemalloc
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -257,20 +258,25 @@ def test_a_write_failing_part_way_leaves_no_stray_bytes(tmp_path, monkeypatch):
         assert len(ds) == 15 and ds.verify().ok and ds.uncommitted_bytes == 0
 
 
-def test_interrupted_at_every_call_keeps_all_or_none(tmp_path):
-    columns = w1_columns(1000)  # over a megabyte: written directly, not buffered
+def interrupted_at_every_call(tmp_path, columns: dict, min_calls: int = 10) -> Iterator[tuple]:
+    """For each system call of ``extend_columns(columns)`` on a file of 3 records (opened
+    with mode "a"): a fresh file whose append a KeyboardInterrupt cut at that call, the
+    caller catching it and aborting (or closing, past the last call). Yields (path, n,
+    where it fired); the append must make more than ``min_calls`` calls."""
 
     def prepare(path):
         with evs.Writer(path) as writer:
             writer.extend_columns(w1_columns(3, seed=2))
 
-    def operation(path):
-        with evs.Writer(path, mode="a") as writer:
-            writer.extend_columns(columns)
-
     scratch = tmp_path / "scratch.evs"
     prepare(scratch)
-    calls = count_calls(lambda: operation(scratch))
+
+    def operation():
+        with evs.Writer(scratch, mode="a") as writer:
+            writer.extend_columns(columns)
+
+    calls = count_calls(operation)
+    assert calls > min_calls
     for n in range(1, calls + 1):
         path = tmp_path / f"run{n}.evs"
         prepare(path)
@@ -284,10 +290,16 @@ def test_interrupted_at_every_call_keeps_all_or_none(tmp_path):
             writer.abort()
         else:
             writer.close()
+        yield path, n, counter.fired
+
+
+def test_interrupted_at_every_call_keeps_all_or_none(tmp_path):
+    columns = w1_columns(1000)  # over a megabyte: written directly, not buffered
+    for path, n, fired in interrupted_at_every_call(tmp_path, columns):
         with evs.Writer(path, mode="a") as again:  # recovers any tail there is
             recovered = again.salvage
         with evs.open(path) as ds:
-            assert len(ds) in (3, 1003), (n, counter.fired)
+            assert len(ds) in (3, 1003), (n, fired)
             assert ds.verify().ok
         assert recovered is None or recovered.records in (0, 1000), (n, recovered)
 
@@ -504,36 +516,9 @@ def test_a_sigint_while_the_caller_waits_for_the_writes_raises_once_they_have_st
 def test_batches_written_behind_interrupted_at_every_call_keep_all_or_none(tmp_path, small_batches):
     """As test_interrupted_at_every_call_keeps_all_or_none, over a write of many batches:
     the interrupt fires in whichever thread makes the call, the writer's or the caller's."""
-    columns = w1_columns(200)
-
-    def prepare(path):
-        with evs.Writer(path) as writer:
-            writer.extend_columns(w1_columns(3, seed=2))
-
-    scratch = tmp_path / "scratch.evs"
-    prepare(scratch)
-
-    def operation():
-        with evs.Writer(scratch, mode="a") as writer:
-            writer.extend_columns(columns)
-
-    calls = count_calls(operation)
-    assert calls > 20
-    for n in range(1, calls + 1):
-        path = tmp_path / f"run{n}.evs"
-        prepare(path)
-        writer = evs.Writer(path, mode="a")
-        with interrupt_at(n) as counter:
-            try:
-                writer.extend_columns(columns)
-            except KeyboardInterrupt:
-                pass
-        if counter.fired:
-            writer.abort()
-        else:
-            writer.close()
+    for path, n, fired in interrupted_at_every_call(tmp_path, w1_columns(200), min_calls=20):
         assert not writing_behind()
         with evs.open(path) as ds:
-            assert len(ds) in (3, 203), (n, counter.fired)
-            assert ds.verify().ok and ds.uncommitted_bytes == 0, (n, counter.fired)
+            assert len(ds) in (3, 203), (n, fired)
+            assert ds.verify().ok and ds.uncommitted_bytes == 0, (n, fired)
         path.unlink()
