@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import evalue_store as evs
-from evalue_store.dataset import records
+from evalue_store.dataset import scans
 
 from .test_core import assert_same
 
@@ -58,7 +58,7 @@ def _same_as_gets(got: list, ds, where) -> None:
 def test_scan_slices_and_batches_give_exactly_what_gets_give(compressed, span, monkeypatch):
     """(Small spans: a scan's spans end inside frames, whose last one the next span reuses.)"""
     if span is not None:
-        monkeypatch.setattr(records, "SCAN_SPAN", span)
+        monkeypatch.setattr(scans, "SCAN_SPAN", span)
     path, recs = compressed
     with evs.open(path) as ds:
         assert_same([ds[i] for i in range(N)], recs)
