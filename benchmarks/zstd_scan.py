@@ -30,6 +30,7 @@ import evalue_store as evs
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.measure import touch_batch  # noqa: E402
 from benchmarks.workloads import W1, Data, touch  # noqa: E402
+from benchmarks.zstd_targets import arrayrecord_zstd  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 FILES = {  # name: Writer options (None: plain)
@@ -65,15 +66,10 @@ def batches(path: str, warm: list[int], order: list[int]) -> float:
 
 
 def arrayrecord(data: Data, work: str) -> Any:
-    from benchmarks.adapters import Unavailable
-
-    try:
-        from benchmarks.adapters.arrayrecord import ArrayRecordZstd
-    except Unavailable:
+    written = arrayrecord_zstd(data, work)
+    if written is None:
         return None
-    adapter = ArrayRecordZstd(data.workload.fields)
-    path = Path(work) / "ar"
-    adapter.write(iter(data), path)
+    adapter, path = written
 
     def run() -> float:
         adapter.open(path)

@@ -65,9 +65,9 @@ def open_ms(path: str, repeat: int = 21) -> float:
     return statistics.median(times)
 
 
-def arrayrecord_get_us(data: Data, work: str, gets: int, repeat: int) -> tuple | None:
-    """The same gets from ArrayRecord zstd (benchmarks/adapters/arrayrecord.py): (wall, CPU)
-    µs and the size ratio, or None when it is not installed."""
+def arrayrecord_zstd(data: Data, work: str) -> tuple | None:
+    """``data`` written by ArrayRecord zstd (benchmarks/adapters/arrayrecord.py) under
+    ``work``: (adapter, path), or None when it is not installed."""
     from benchmarks.adapters import Unavailable
 
     try:
@@ -77,6 +77,16 @@ def arrayrecord_get_us(data: Data, work: str, gets: int, repeat: int) -> tuple |
     adapter = ArrayRecordZstd(data.workload.fields)
     path = Path(work) / "ar"
     adapter.write(iter(data), path)
+    return adapter, path
+
+
+def arrayrecord_get_us(data: Data, work: str, gets: int, repeat: int) -> tuple | None:
+    """The same gets from ArrayRecord zstd: (wall, CPU) µs and the size ratio, or None when
+    it is not installed."""
+    written = arrayrecord_zstd(data, work)
+    if written is None:
+        return None
+    adapter, path = written
     size = sum(f.stat().st_size for f in path.iterdir()) / data.payload_bytes()
     perm = np.random.default_rng(3).integers(0, len(data), gets).tolist()
     wall, cpu = [], []
