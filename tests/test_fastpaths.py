@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import mmap
 import struct
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -198,6 +200,39 @@ def test_views_outlive_close(tmp_path):
     for values in held:
         assert_identical(values, [np.asarray(v) for v in values])  # reads the pages
         assert_identical([v.sum() for v in values], [v.sum() for v in record])
+
+
+ROW_VIEWS_AFTER_CLOSE = """
+import sys
+import numpy as np
+import evalue_store as evs
+
+path = sys.argv[1]
+record = [np.arange(6.0).reshape(2, 3), np.ones((3, 2), np.float32).T, np.arange(4), 7]
+with evs.Writer(path) as writer:
+    writer.extend([record] * 20)
+ds = evs.open(path)
+ds[0], ds[1]  # read by the generic decoder, which learns the layout
+held = [ds[i] for i in range(20)]  # (any other read's views would hold the mapping)
+ds.close()
+for values in held:
+    for got, want in zip(values, record):
+        assert np.array_equal(got, want)
+"""
+
+
+def test_row_views_outlive_close(tmp_path):
+    """ds[i] gives a tensor as a row of an array over the whole mapping (Layout.decode's
+    rows): that array must hold the mapping open as every other view does, or close()
+    unmaps the pages the tensors handed out still point to (a segfault on the next read,
+    so the reads run in a child process)."""
+    run = subprocess.run(
+        [sys.executable, "-c", ROW_VIEWS_AFTER_CLOSE, str(tmp_path / "rows.evs")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
 
 
 def test_scan_of_mixed_layouts_of_one_length(tmp_path):

@@ -193,7 +193,8 @@ def _rows(buf: Any, detail: tuple, alignment: int, at: int) -> np.ndarray:
     dtype, shape, strides, nbytes, _ = detail
     first = at % alignment
     count = (len(buf) - first - nbytes) // alignment + 1
-    return np.ndarray((count, *shape), dtype, buf, first, (alignment, *strides))
+    data = g.region(buf, first, len(buf) - first)  # (holds the mapping open: see region)
+    return np.ndarray((count, *shape), dtype, data, 0, (alignment, *strides))
 
 
 def _utf8_or_none(data: bytes) -> str | None:
