@@ -13,6 +13,7 @@
 #include <cstring>
 #include <vector>
 
+#include "_native_parts.h"
 #include "evalue_store/reader.h"
 
 namespace evs = evalue_store;
@@ -231,7 +232,7 @@ PyMethodDef methods[] = {
      "True when CRC-32C uses the CPU's instructions (SSE4.2 or ARMv8 CRC)."},
     {nullptr, nullptr, 0, nullptr}};
 
-int exec_module(PyObject*) {
+int exec_module(PyObject* module) {
   // Build the tables now, under the import lock, so that no thread (and no child forked
   // while another thread computes) ever waits on their one-time initialisation.
   static const uint8_t zeros[64] = {};
@@ -257,7 +258,7 @@ int exec_module(PyObject*) {
     Py_DECREF(numpy);
     if (g_uint32 == nullptr) return -1;
   }
-  return 0;
+  return add_mapped_type(module);
 }
 
 PyModuleDef_Slot slots[] = {{Py_mod_exec, reinterpret_cast<void*>(exec_module)},

@@ -121,6 +121,33 @@ class Layout:
                 values.append(None)
         return values
 
+    def native(self, buf: Any, typed: dict) -> tuple[list, list] | None:
+        """(runs, steps) describing this layout to ``_native.Mapped.add`` for records in
+        ``buf`` (a whole mapping; ``typed`` as ``decode`` takes it): the structure bytes as
+        (frame offset, bytes) runs, and per value (kind, frame offset, detail: a tensor's
+        rows, a scalar's type code, a string's length). None when a value has no rows (a
+        0-d tensor): ``decode`` reads those records."""
+        where = self.check_at.tolist()
+        cuts = [0, *(k for k in range(1, len(where)) if where[k] != where[k - 1] + 1), len(where)]
+        expected = self.check_bytes.tobytes()
+        runs = [(where[a], expected[a:b]) for a, b in zip(cuts[:-1], cuts[1:]) if a < b]
+        steps: list[tuple] = []
+        for kind, index, at, detail in self.steps:
+            if kind == S_TENSOR:
+                if not index:
+                    return None
+                rows = typed.get(index)
+                if rows is None:
+                    rows = typed[index] = _rows(buf, detail, self.alignment, at)
+                steps.append((kind, at, rows))
+            elif kind == S_SCALAR:
+                steps.append((kind, at, detail.char))
+            elif kind in (S_TEXT, S_BYTES):
+                steps.append((kind, at, detail))
+            else:
+                steps.append((kind, at, None))
+        return runs, steps
+
     def decode_run(
         self, buf: Any, start: int, stride: int, count: int, crcs: np.ndarray
     ) -> tuple[list[list | None], list[int]]:

@@ -11,6 +11,8 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
+from .. import _native
+from ..checksums import NAMES
 from ..container import FRAME_SIZE, Commit, Header
 from ..errors import CHANGED, CHECKSUM, ClosedError, FormatError
 from ..metadata import parse_metadata
@@ -131,10 +133,47 @@ class Dataset(Records):
                 self._layouts,
                 self._len,
             )
+        self._bind_fast()
+
+    def _bind_fast(self) -> None:
+        """``ds[i]``'s compiled path (``_native.Mapped``) for a plain mapped file, knowing
+        every layout learned so far (``Records._remember_layout`` teaches it the later
+        ones); None for any other source."""
+        self._fast = None
+        source = self._source
+        if source.mapped is None or source.compressed or getattr(source, "typed", None) is None:
+            return
+        fast = _native.Mapped(
+            source.mapped,
+            list(self._starts),
+            [seg.offset for seg in self._segments],
+            self._len,
+            self.header.alignment,
+            self.header.data_start,
+            self.commit.end - FRAME_SIZE,
+            self._max_record_bytes,
+            NAMES[self._checksum] if self._crc_on_read else None,
+        )
+        for length, layout in self._layouts.items():
+            self._teach(fast, length, layout)
+        self._fast = fast
+
+    @property
+    def max_record_bytes(self) -> int | None:
+        """Reading a record of more payload bytes raises FormatError (None: no limit)."""
+        return self._max_record_bytes
+
+    @max_record_bytes.setter
+    def max_record_bytes(self, value: int | None) -> None:
+        self._max_record_bytes = value
+        if getattr(self, "_fast", None) is not None:
+            self._bind_fast()  # it holds a copy of the limit
 
     def _close_source(self) -> None:
         self._mapped = None
         self._located = None
+        self._fast = None  # before the source: its layouts hold arrays viewing the mapping
+        self._fast = None
         if self._source is not None:
             self._source.close()
             self._source = None
@@ -216,7 +255,7 @@ class Dataset(Records):
         self.filesystem = state.get("filesystem")
         self.storage_options = state.get("storage_options")
         self.cache_dir = state.get("cache_dir")
-        self._source = self._mapped = self._located = None
+        self._source = self._mapped = self._located = self._fast = None
         self._closed_by_pickle = True
         self._pinned = state.get("pinned")
         self._len = None

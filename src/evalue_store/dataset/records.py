@@ -171,11 +171,30 @@ class Records(Scans):
     def _remember_layout(self, length: int, layout: Any) -> None:
         if len(self._layouts) > MAX_LAYOUTS:
             self._layouts.clear()
+            if self._fast is not None:
+                self._fast.clear()
         self._layouts[length] = layout
+        if self._fast is not None:
+            self._teach(self._fast, length, layout)
+
+    def _teach(self, fast: Any, length: int, layout: Any) -> None:
+        """Give ``fast`` (a ``_native.Mapped``) the layout of records of ``length`` payload
+        bytes, when it can decode them (not a 0-d tensor's: ``Layout.decode`` reads those)."""
+        spec = None if layout is None else layout.native(self._source.mapped, self._source.typed)
+        if spec is not None:
+            fast.add(length, *spec)
 
     def __getitem__(self, index: Index) -> Any:
         """One record for an integer; a list of records for a slice, an integer array or a
         boolean mask (numpy's rules, see ``evalue_store.dataset.indexing``)."""
+        fast = self._fast
+        if fast is not None and type(index) is int:
+            # A plain mapped file whose record has a layout: all of ``_record`` in one
+            # compiled call (_native_mapped.cc), which answers None for any record it cannot
+            # serve (a check fails, the layout is not known): the paths below read it.
+            record = fast.get(index)
+            if record is not None:
+                return to_dict(record, self._dict_names()) if self.as_dict else record
         mapped = self._mapped
         if mapped is not None and type(index) is int:
             # A plain mapped file: ``_record`` with its layers inlined (the per-record path;

@@ -1,8 +1,9 @@
 """The sequential reads of an open container: ``iter(ds)`` and slices of a compressed file.
 
-Index entries are read SCAN_CHUNK at a time, and records of one structure laid end to end
-are checked and decoded together (a run): a mapped file in place, a compressed one from
-the frames holding up to SCAN_SPAN bytes of consecutive records, decompressed at once.
+Index entries are read SCAN_CHUNK at a time. A mapped plain file's records are read by
+the compiled reader (``_native.Mapped``), a chunk per call; a compressed file's records of
+one structure laid end to end are checked and decoded together (a run) from the frames
+holding up to SCAN_SPAN bytes of consecutive records, decompressed at once.
 An entry or a record that fails a check is read alone by ``_record``, so errors name their
 record and the records before it are still yielded. ``Scans`` is a part of ``Records``.
 """
@@ -30,7 +31,7 @@ class Scans:
 
     def __iter__(self) -> Iterator[list]:
         self._ensure_open()
-        if self._source.mapped is not None:
+        if self._fast is not None:
             records = self._scan_mapped()
         elif self._source.compressed:
             records = self._by_spans(0, self._len, scan=True)
@@ -50,33 +51,22 @@ class Scans:
         return (int(masked.argmax()) if masked.any() else len(chunk)), reach
 
     def _scan_mapped(self) -> Iterator[list]:
+        """Every record of a plain mapped file, in order: a chunk of index entries at a time,
+        its records decoded by one compiled call (``_native.Mapped``, as ``ds[i]`` reads
+        them); each it cannot serve (a layout not yet learned, a failed check) is read by
+        ``_record``, which learns the layout or says what is wrong."""
         first = reach = 0
         for seg in self._segments:
             entries = self._segment_array(seg)
             for lo in range(0, seg.count, SCAN_CHUNK):
                 chunk = entries[lo : lo + SCAN_CHUNK]
                 good, reach = self._shadow_check(chunk, reach)
+                records = self._fast.decode_entries(chunk[:good])
+                for i, values in enumerate(records, first + lo):
+                    yield values if values is not None else self._record(i)
                 if good < len(chunk):
-                    yield from (self._record(i) for i in range(first + lo, first + lo + good))
                     at = int(chunk[good]["offset"])
                     raise FormatError(SHADOWED, at, self.path, record=first + lo + good, code=INDEX)
-                lengths = chunk["length"]
-                for a, b in self._runs(chunk):
-                    i = first + lo + a
-                    while a < b and int(lengths[a]) not in self._layouts:  # how one is learned
-                        yield self._record(i)
-                        i, a = i + 1, a + 1
-                    run = self._scan_run(chunk[a:b], self._source.mapped) if a < b else ([], [])
-                    if run is None:
-                        for j in range(i, i + b - a):
-                            yield self._record(j)
-                        continue
-                    records, bad = run
-                    if not bad:
-                        yield from records  # the common case
-                        continue
-                    for j, values in enumerate(records, i):
-                        yield values if values is not None else self._record(j)
             first += seg.count
 
     def _runs(self, entries: np.ndarray) -> list[tuple[int, int]]:

@@ -1,0 +1,499 @@
+// evalue_store._native.Mapped: ``ds[i]`` of a plain, memory-mapped file in one call.
+//
+// The Python per-record path (index entry, its checks, the checksum, the layout's struct
+// unpack and structure check, a view per tensor) cost about twice the instructions of a
+// numpy memmap row (benchmarks/results/instructions.md). This does the same steps for a
+// record whose structure a layout (codec/layout.py) has already captured, and answers None
+// for every record it cannot serve: one that fails any check, or whose structure it does
+// not know. The caller then reads that record the general way, which learns the layout or
+// says what is wrong, so errors are reported by one implementation only.
+//
+// Safety: the buffer is exported for the whole call; every index entry, frame and value
+// range is checked against its size before a byte of it is read, and a tensor is a row of
+// an array numpy bounds-checks. The GIL is held except while a large payload is checksummed.
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "_native_parts.h"
+#include "evalue_store/reader.h"
+
+namespace evs = evalue_store;
+
+namespace {
+
+// Container structs (docs/FORMAT.md): a frame header is magic (4), crc32 (4), length (8);
+// an index entry is offset (8), length (8), crc (4), reserved (4).
+constexpr int64_t kFrameSize = 16;
+constexpr int64_t kFrameCrcAt = 4;
+constexpr int64_t kEntrySize = 24;
+constexpr int64_t kReleaseGil = 32 << 10;  // as _native.cc: smaller checksums keep the GIL
+
+// Value kinds of a layout's slots, as codec/kinds.py numbers them.
+enum Kind : int { kNone = 0, kTensor = 1, kText = 2, kBytes = 3, kScalar = 4, kBool = 5 };
+
+uint64_t load_u64(const uint8_t* p) {
+  uint64_t v;
+  std::memcpy(&v, p, 8);
+#if PY_BIG_ENDIAN
+  v = __builtin_bswap64(v);
+#endif
+  return v;
+}
+
+uint32_t load_u32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+#if PY_BIG_ENDIAN
+  v = __builtin_bswap32(v);
+#endif
+  return v;
+}
+
+struct Step {
+  int kind;
+  int64_t at;        // byte offset in the frame
+  int64_t size;      // a string's length
+  char code;         // a scalar's: 'q' int64, 'd' float64
+  PyObject* rows;    // a tensor's: an array whose row k starts at byte k * alignment + at % alignment
+};
+
+// Shared by the State and every decode using it: a decode that allocates can run a finalizer
+// that changes the layouts (Python code), and must not see its own freed.
+struct Layout {
+  int64_t frame_size = 0;                         // header and payload
+  std::vector<std::pair<int64_t, int64_t>> runs;  // (frame offset, length) of structure bytes
+  std::string expected;                           // their bytes, concatenated
+  std::vector<Step> steps;                        // each holds a reference to its rows
+  Layout() = default;
+  Layout(const Layout&) = delete;
+  Layout& operator=(const Layout&) = delete;
+  ~Layout() {
+    for (Step& step : steps) Py_XDECREF(step.rows);
+  }
+};
+
+struct State {
+  PyObject* view = nullptr;      // the mapping (a read-only memoryview)
+  std::vector<int64_t> starts;   // the index: each segment's first record
+  std::vector<int64_t> offsets;  // and its file offset
+  int64_t count = 0;             // records
+  int64_t alignment = 64;
+  int64_t data_start = 0;
+  int64_t reach = 0;  // a frame at offset o has at most reach - o payload bytes
+  int64_t limit = -1;  // max_record_bytes, or -1
+  uint32_t (*checksum)(const void*, size_t, uint32_t) = nullptr;  // null: not verified
+  std::unordered_map<uint64_t, std::shared_ptr<const Layout>> layouts;  // by payload length
+};
+
+struct Mapped {
+  PyObject_HEAD State* state;
+};
+
+void clear_layouts(State* s) {
+  auto old = std::move(s->layouts);  // emptied before any reference is dropped
+  s->layouts.clear();
+}
+
+struct Buffer {
+  Py_buffer b{};
+  bool held = false;
+  ~Buffer() {
+    if (held) PyBuffer_Release(&b);
+  }
+};
+
+// The record whose frame starts at ``frame`` in ``data`` (``size`` bytes), given its index
+// entry; a new reference, or nullptr with no error set when this path cannot serve it, or
+// nullptr with an error set (memory, an exception raised by a row's indexing is cleared).
+PyObject* decode(State* s, const uint8_t* data, int64_t size, uint64_t offset, uint64_t length,
+                 uint32_t crc, uint32_t reserved) {
+  if (reserved != 0 || (offset & static_cast<uint64_t>(s->alignment - 1)) != 0 ||
+      offset < static_cast<uint64_t>(s->data_start) || offset > static_cast<uint64_t>(s->reach) ||
+      length > static_cast<uint64_t>(s->reach) - offset ||
+      (s->limit >= 0 && length > static_cast<uint64_t>(s->limit)))
+    return nullptr;
+  const int64_t at = static_cast<int64_t>(offset);
+  if (at > size - kFrameSize || static_cast<int64_t>(length) > size - kFrameSize - at)
+    return nullptr;
+  const uint8_t* frame = data + at;
+  if (load_u32(frame + kFrameCrcAt) != crc) return nullptr;
+  if (s->checksum != nullptr) {  // before the layout is looked up: another thread may change
+    uint32_t sum;                // the layouts while this one waits without the GIL
+    if (static_cast<int64_t>(length) >= kReleaseGil) {
+      Py_BEGIN_ALLOW_THREADS sum = s->checksum(frame + kFrameSize, length, 0);
+      Py_END_ALLOW_THREADS
+    } else {
+      sum = s->checksum(frame + kFrameSize, length, 0);
+    }
+    if (sum != crc) return nullptr;
+  }
+  auto found = s->layouts.find(length);
+  if (found == s->layouts.end()) return nullptr;
+  const std::shared_ptr<const Layout> held = found->second;
+  const Layout& layout = *held;  // its frame is the record's: kFrameSize + length
+  const char* expected = layout.expected.data();
+  for (const auto& run : layout.runs) {
+    if (std::memcmp(frame + run.first, expected, static_cast<size_t>(run.second)) != 0)
+      return nullptr;
+    expected += run.second;
+  }
+  const Py_ssize_t n = static_cast<Py_ssize_t>(layout.steps.size());
+  PyObject* values = PyList_New(n);
+  if (values == nullptr) return nullptr;
+  for (Py_ssize_t k = 0; k < n; ++k) {
+    const Step& step = layout.steps[static_cast<size_t>(k)];
+    const uint8_t* p = frame + step.at;
+    PyObject* value;
+    switch (step.kind) {
+      case kTensor:
+        value = PySequence_GetItem(step.rows, (at + step.at) / s->alignment);
+        break;
+      case kScalar:
+        if (step.code == 'q') {
+          value = PyLong_FromLongLong(static_cast<int64_t>(load_u64(p)));
+        } else {
+          const uint64_t bits = load_u64(p);
+          double d;
+          std::memcpy(&d, &bits, 8);
+          value = PyFloat_FromDouble(d);
+        }
+        break;
+      case kText:
+        value = PyUnicode_DecodeUTF8(reinterpret_cast<const char*>(p), step.size, "strict");
+        break;
+      case kBytes:
+        value = PyBytes_FromStringAndSize(reinterpret_cast<const char*>(p), step.size);
+        break;
+      case kBool:
+        if (*p > 1) {
+          Py_DECREF(values);
+          return nullptr;
+        }
+        value = *p ? Py_True : Py_False;
+        Py_INCREF(value);
+        break;
+      default:
+        value = Py_None;
+        Py_INCREF(value);
+    }
+    if (value == nullptr) {  // bad UTF-8 or a row outside its array: the general path says
+      Py_DECREF(values);
+      if (PyErr_ExceptionMatches(PyExc_MemoryError)) return nullptr;
+      PyErr_Clear();
+      return nullptr;
+    }
+    PyList_SET_ITEM(values, k, value);
+  }
+  return values;
+}
+
+// get(i): record i (an int; negative counts from the end) or None.
+PyObject* get(PyObject* self, PyObject* index) {
+  State* s = reinterpret_cast<Mapped*>(self)->state;
+  int overflow = 0;
+  long long i = PyLong_AsLongLongAndOverflow(index, &overflow);
+  if (i == -1 && PyErr_Occurred()) return nullptr;
+  if (overflow != 0 || i < -s->count || i >= s->count) Py_RETURN_NONE;
+  if (i < 0) i += s->count;
+  size_t seg = 0;
+  if (s->starts.size() > 1) {  // the last segment starting at or before i
+    size_t lo = 0, hi = s->starts.size();
+    while (hi - lo > 1) {
+      const size_t mid = (lo + hi) / 2;
+      if (s->starts[mid] <= i) lo = mid; else hi = mid;
+    }
+    seg = lo;
+  }
+  Buffer buf;
+  if (PyObject_GetBuffer(s->view, &buf.b, PyBUF_SIMPLE) != 0) {  // released: closed
+    PyErr_Clear();
+    Py_RETURN_NONE;
+  }
+  buf.held = true;
+  const auto* data = static_cast<const uint8_t*>(buf.b.buf);
+  const int64_t size = buf.b.len;
+  const int64_t entry = s->offsets[seg] + (i - s->starts[seg]) * kEntrySize;
+  if (entry < 0 || entry > size - kEntrySize) Py_RETURN_NONE;
+  const uint8_t* e = data + entry;
+  PyObject* record =
+      decode(s, data, size, load_u64(e), load_u64(e + 8), load_u32(e + 16), load_u32(e + 20));
+  if (record == nullptr && !PyErr_Occurred()) Py_RETURN_NONE;
+  return record;
+}
+
+// decode_entries(entries): a list with, for each 24-byte index entry of ``entries`` (a
+// bytes-like object), its record or None.
+PyObject* decode_entries(PyObject* self, PyObject* entries) {
+  State* s = reinterpret_cast<Mapped*>(self)->state;
+  Buffer index;
+  if (PyObject_GetBuffer(entries, &index.b, PyBUF_SIMPLE) != 0) return nullptr;
+  index.held = true;
+  if (index.b.len % kEntrySize != 0)
+    return PyErr_Format(PyExc_ValueError, "entries hold %zd bytes, not a multiple of %lld",
+                        index.b.len, static_cast<long long>(kEntrySize));
+  Buffer buf;
+  if (PyObject_GetBuffer(s->view, &buf.b, PyBUF_SIMPLE) != 0) return nullptr;
+  buf.held = true;
+  const auto* data = static_cast<const uint8_t*>(buf.b.buf);
+  const auto* e = static_cast<const uint8_t*>(index.b.buf);
+  const Py_ssize_t n = index.b.len / kEntrySize;
+  PyObject* records = PyList_New(n);
+  if (records == nullptr) return nullptr;
+  for (Py_ssize_t k = 0; k < n; ++k, e += kEntrySize) {
+    PyObject* record = decode(s, data, buf.b.len, load_u64(e), load_u64(e + 8),
+                              load_u32(e + 16), load_u32(e + 20));
+    if (record == nullptr) {
+      if (PyErr_Occurred()) {
+        Py_DECREF(records);
+        return nullptr;
+      }
+      record = Py_None;
+      Py_INCREF(record);
+    }
+    PyList_SET_ITEM(records, k, record);
+  }
+  return records;
+}
+
+bool as_int64(PyObject* obj, const char* name, int64_t* out) {
+  *out = PyLong_AsLongLong(obj);
+  if (*out == -1 && PyErr_Occurred()) {
+    PyErr_Format(PyExc_ValueError, "%s must be an int64", name);
+    return false;
+  }
+  return true;
+}
+
+// add(length, runs, steps): the layout of records of ``length`` payload bytes. runs:
+// [(frame offset, bytes)] of the structure bytes every record repeats; steps: one
+// (kind, frame offset, detail) per value: a tensor's rows array, a scalar's code
+// ('q' or 'd'), a string's byte length, else None.
+PyObject* add(PyObject* self, PyObject* args) {
+  State* s = reinterpret_cast<Mapped*>(self)->state;
+  if (s == nullptr) return PyErr_Format(PyExc_TypeError, "Mapped is not initialised");
+  unsigned long long length;
+  PyObject *runs, *steps;
+  if (!PyArg_ParseTuple(args, "KO!O!:add", &length, &PyList_Type, &runs, &PyList_Type, &steps))
+    return nullptr;
+  if (length > static_cast<unsigned long long>(INT64_MAX - kFrameSize))
+    return PyErr_Format(PyExc_ValueError, "length %llu is too large", length);
+  auto made = std::make_shared<Layout>();
+  Layout& layout = *made;
+  layout.frame_size = kFrameSize + static_cast<int64_t>(length);
+  auto inside = [&](int64_t at, int64_t n) {
+    return at >= 0 && n >= 0 && at <= layout.frame_size && n <= layout.frame_size - at;
+  };
+  for (Py_ssize_t k = 0; k < PyList_GET_SIZE(runs); ++k) {
+    long long at;
+    const char* bytes;
+    Py_ssize_t n;
+    if (!PyArg_ParseTuple(PyList_GET_ITEM(runs, k), "Ly#:run", &at, &bytes, &n)) return nullptr;
+    if (!inside(at, n)) return PyErr_Format(PyExc_ValueError, "run %zd is outside the frame", k);
+    layout.runs.emplace_back(at, n);
+    layout.expected.append(bytes, static_cast<size_t>(n));
+  }
+  for (Py_ssize_t k = 0; k < PyList_GET_SIZE(steps); ++k) {
+    int kind;
+    long long at;
+    PyObject* detail;
+    if (!PyArg_ParseTuple(PyList_GET_ITEM(steps, k), "iLO:step", &kind, &at, &detail))
+      return nullptr;
+    Step step{kind, at, 0, 0, nullptr};
+    bool ok = true;
+    switch (kind) {
+      case kTensor:
+        ok = inside(at, 0);
+        step.rows = detail;
+        break;
+      case kScalar: {
+        const char* code = PyUnicode_Check(detail) ? PyUnicode_AsUTF8(detail) : nullptr;
+        ok = code != nullptr && (std::strcmp(code, "q") == 0 || std::strcmp(code, "d") == 0) &&
+             inside(at, 8);
+        step.code = ok ? code[0] : 0;
+        break;
+      }
+      case kText:
+      case kBytes:
+        ok = PyLong_Check(detail) && as_int64(detail, "size", &step.size) &&
+             inside(at, step.size);
+        break;
+      case kBool:
+        ok = inside(at, 1);
+        break;
+      case kNone:
+        break;
+      default:
+        ok = false;
+    }
+    if (!ok) {
+      PyErr_Clear();
+      return PyErr_Format(PyExc_ValueError, "step %zd (kind %d at %lld) is not valid", k, kind,
+                          at);
+    }
+    Py_XINCREF(step.rows);
+    layout.steps.push_back(step);
+  }
+  std::shared_ptr<const Layout> old = std::move(s->layouts[length]);
+  s->layouts[length] = std::move(made);
+  Py_RETURN_NONE;  // (the old one, if any, goes now, after the map no longer holds it)
+}
+
+PyObject* clear(PyObject* self, PyObject*) {
+  if (reinterpret_cast<Mapped*>(self)->state != nullptr)
+    clear_layouts(reinterpret_cast<Mapped*>(self)->state);
+  Py_RETURN_NONE;
+}
+
+int init(PyObject* self, PyObject* args, PyObject* kwargs) {
+  static const char* keywords[] = {"view",  "starts", "offsets",  "count", "alignment",
+                                   "data_start", "reach", "limit", "checksum", nullptr};
+  PyObject *view, *starts, *offsets, *limit;
+  long long count, alignment, data_start, reach;
+  const char* checksum = nullptr;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO!O!LLLLOz:Mapped",
+                                   const_cast<char**>(keywords), &view, &PyList_Type, &starts,
+                                   &PyList_Type, &offsets, &count, &alignment, &data_start,
+                                   &reach, &limit, &checksum))
+    return -1;
+  auto* m = reinterpret_cast<Mapped*>(self);
+  if (m->state != nullptr) {
+    PyErr_SetString(PyExc_TypeError, "Mapped is initialised once");
+    return -1;
+  }
+  if (!PyObject_CheckBuffer(view) || alignment <= 0 || (alignment & (alignment - 1)) != 0 ||
+      count < 0 || data_start < 0 || PyList_GET_SIZE(starts) != PyList_GET_SIZE(offsets) ||
+      (count > 0 && PyList_GET_SIZE(starts) == 0)) {
+    PyErr_SetString(PyExc_ValueError, "Mapped: inconsistent arguments");
+    return -1;
+  }
+  auto state = std::make_unique<State>();
+  for (Py_ssize_t k = 0; k < PyList_GET_SIZE(starts); ++k) {
+    int64_t start, offset;
+    if (!as_int64(PyList_GET_ITEM(starts, k), "start", &start) ||
+        !as_int64(PyList_GET_ITEM(offsets, k), "offset", &offset))
+      return -1;
+    state->starts.push_back(start);
+    state->offsets.push_back(offset);
+  }
+  state->count = count;
+  state->alignment = alignment;
+  state->data_start = data_start;
+  state->reach = reach;
+  if (limit != Py_None && !as_int64(limit, "limit", &state->limit)) return -1;
+  if (checksum == nullptr) {
+    state->checksum = nullptr;
+  } else if (std::strcmp(checksum, "crc32c") == 0) {
+    state->checksum = evs::crc32c;
+  } else if (std::strcmp(checksum, "crc32") == 0) {
+    state->checksum = evs::crc32;
+  } else {
+    PyErr_Format(PyExc_ValueError, "checksum must be 'crc32c', 'crc32' or None, not '%s'",
+                 checksum);
+    return -1;
+  }
+  Py_INCREF(view);
+  state->view = view;
+  m->state = state.release();
+  return 0;
+}
+
+void dealloc(PyObject* self) {
+  auto* m = reinterpret_cast<Mapped*>(self);
+  PyObject_GC_UnTrack(self);
+  if (m->state != nullptr) {
+    clear_layouts(m->state);
+    Py_CLEAR(m->state->view);
+    delete m->state;
+    m->state = nullptr;
+  }
+  Py_TYPE(self)->tp_free(self);
+}
+
+int traverse(PyObject* self, visitproc visit, void* arg) {
+  State* s = reinterpret_cast<Mapped*>(self)->state;
+  if (s == nullptr) return 0;
+  Py_VISIT(s->view);
+  for (auto& item : s->layouts)
+    for (const Step& step : item.second->steps) Py_VISIT(step.rows);
+  return 0;
+}
+
+int clear_refs(PyObject* self) {
+  State* s = reinterpret_cast<Mapped*>(self)->state;
+  if (s != nullptr) {
+    clear_layouts(s);
+    Py_CLEAR(s->view);
+  }
+  return 0;
+}
+
+// The state of an initialised Mapped whose references were not cleared; else nullptr and
+// an error (get and decode_entries answer None then: the general path reads the record).
+bool usable(PyObject* self) {
+  const State* s = reinterpret_cast<Mapped*>(self)->state;
+  if (s == nullptr) PyErr_SetString(PyExc_TypeError, "Mapped is not initialised");
+  return s != nullptr && s->view != nullptr;
+}
+
+PyObject* get_or_none(PyObject* self, PyObject* index) {
+  if (!usable(self)) {
+    if (PyErr_Occurred()) return nullptr;
+    Py_RETURN_NONE;
+  }
+  return get(self, index);
+}
+
+PyObject* entries_or_none(PyObject* self, PyObject* entries) {
+  if (!usable(self)) {
+    if (PyErr_Occurred()) return nullptr;
+    Py_RETURN_NONE;
+  }
+  return decode_entries(self, entries);
+}
+
+PyMethodDef mapped_methods[] = {
+    {"get", get_or_none, METH_O,
+     "get(i) -> list | None: record i (negative: from the end) when its entry, frame,\n"
+     "checksum and structure pass every check and its layout is known; else None."},
+    {"decode_entries", entries_or_none, METH_O,
+     "decode_entries(entries) -> list: for each 24-byte index entry of a bytes-like\n"
+     "object, its record as get() gives it, or None."},
+    {"add", add, METH_VARARGS,
+     "add(length, runs, steps): learn the layout of records of this payload length."},
+    {"clear", clear, METH_NOARGS, "clear(): forget every layout."},
+    {nullptr, nullptr, 0, nullptr}};
+
+PyType_Slot mapped_slots[] = {
+    {Py_tp_doc, const_cast<char*>(
+                    "Mapped(view, starts, offsets, count, alignment, data_start, reach, limit,\n"
+                    "checksum): ds[i] of a plain mapped file in one call (_native_mapped.cc).")},
+    {Py_tp_new, reinterpret_cast<void*>(PyType_GenericNew)},
+    {Py_tp_init, reinterpret_cast<void*>(init)},
+    {Py_tp_dealloc, reinterpret_cast<void*>(dealloc)},
+    {Py_tp_traverse, reinterpret_cast<void*>(traverse)},
+    {Py_tp_clear, reinterpret_cast<void*>(clear_refs)},
+    {Py_tp_methods, mapped_methods},
+    {0, nullptr}};
+
+PyType_Spec mapped_spec = {"evalue_store._native.Mapped", sizeof(Mapped), 0,
+                           Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC, mapped_slots};
+
+}  // namespace
+
+int add_mapped_type(PyObject* module) {
+  PyObject* type = PyType_FromSpec(&mapped_spec);
+  if (type == nullptr) return -1;
+  if (PyModule_AddObject(module, "Mapped", type) != 0) {
+    Py_DECREF(type);
+    return -1;
+  }
+  return 0;
+}
