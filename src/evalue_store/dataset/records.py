@@ -310,10 +310,14 @@ class Records(Scans):
             for i, k in wanted:
                 result[k] = self._from_locator(i)
             return result
-        if self._mapped is not None:  # a mapped plain file: ds[i]'s fast path, in file order
+        if self._fast is not None:  # a mapped plain file: as ds[i] reads, in file order
+            get = self._fast.get
             result = [None] * len(wanted)
             for i, k in wanted:
-                result[k] = list(self[i].values()) if self.as_dict else self[i]
+                values = get(i)
+                if values is None:  # the Python reader reads it, or says what is wrong
+                    values = list(self[i].values()) if self.as_dict else self[i]
+                result[k] = values
             return result
         pin = getattr(self._source, "pin", None)  # a remote source fetches a batch at once
         if pin is not None:
