@@ -13,6 +13,7 @@
 #include <cstring>
 #include <vector>
 
+#include "_native_zstd.h"
 #include "evalue_store/reader.h"
 
 namespace evs = evalue_store;
@@ -231,7 +232,8 @@ PyMethodDef methods[] = {
      "True when CRC-32C uses the CPU's instructions (SSE4.2 or ARMv8 CRC)."},
     {nullptr, nullptr, 0, nullptr}};
 
-int exec_module(PyObject*) {
+int exec_module(PyObject* module) {
+  if (evalue_store_native::add_zstd(module) < 0) return -1;  // ZstdGet: _native_zstd.cc
   // Build the tables now, under the import lock, so that no thread (and no child forked
   // while another thread computes) ever waits on their one-time initialisation.
   static const uint8_t zeros[64] = {};
