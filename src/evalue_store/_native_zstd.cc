@@ -307,8 +307,10 @@ int read_bytes(State& s, int64_t at, int64_t n, Bytes* out) {
     return 1;
   }
   if (s.pread == nullptr) return 0;
-  PyObject* data = PyObject_CallFunction(s.pread, "LL", static_cast<long long>(at),
+  PyObject* pread = Py_NewRef(s.pread);  // (held: another thread may close() meanwhile)
+  PyObject* data = PyObject_CallFunction(pread, "LL", static_cast<long long>(at),
                                          static_cast<long long>(n));
+  Py_DECREF(pread);
   if (data == nullptr) {
     if (PyErr_ExceptionMatches(s.format_error)) {
       PyErr_Clear();
