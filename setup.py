@@ -12,9 +12,11 @@ setup(
             sources=[
                 "src/evalue_store/_native.cc",
                 "src/evalue_store/_native_mapped.cc",
+                "src/evalue_store/_native_zstd.cc",
                 "cpp/src/crc.cc",
             ],
             include_dirs=["cpp/include"],
+            libraries=["zstd"],  # the system libzstd (libzstd-dev)
             language="c++",
             extra_compile_args=["-std=c++17", "-O2"],
         )

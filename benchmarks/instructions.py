@@ -12,7 +12,7 @@ Cases (same records as benchmarks/run.py; the floor and evalue_store through the
 benchmark adapters, so the code is run.py's):
 
 * ``get``: one random record, as run.py's get without ``touch``; and ``get+touch``, with it
-  (run.py's figure): W1 and W2, floor / evalue_store / evalue_store_noverify;
+  (run.py's figure): W1 and W2, floor / evalue_store / evalue_store_noverify / evalue_store_zstd (its defaults);
 * ``batch``: what a DataLoader calls per batch of 64 shuffled W1 records over 8 shards:
   ``collate(EValueDataset.__getitems__(indices))``, against an in-memory TensorDataset's
   samples through torch's ``default_collate`` (as benchmarks/bench_loader.py).
@@ -44,7 +44,7 @@ RESULTS = HERE / "results"
 GETS = 4000  # operations counted per get case
 BATCHES = 100  # per batch case
 RECORDS = {"W1": 4000, "W2": 300}
-ADAPTERS = ("floor", "evalue_store", "evalue_store_noverify")
+ADAPTERS = ("floor", "evalue_store", "evalue_store_noverify", "evalue_store_zstd")
 
 
 # ----------------------------------------------------------------------------- the child
@@ -103,7 +103,7 @@ def prepare(work: Path) -> None:
 
     for workload, n in RECORDS.items():
         w = WORKLOADS[workload].scaled(n)
-        for name in ADAPTERS[:2]:
+        for name in (a for a in ADAPTERS if not a.endswith("_noverify")):
             load_adapter(name, w.fields).write(iter(Data(w)), work / workload / name)
     (work / "shards").mkdir()
     write_stores(make_w1(RECORDS["W1"]), str(work / "shards"))

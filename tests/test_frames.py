@@ -133,10 +133,12 @@ def test_random_access_decompresses_only_needed_frames(tmp_path):
 
     ds = counted(evs.open(path))
     n_frames = len(ds._source._frame_map()[0])
-    calls.clear()  # opening read the header's and the footer's frames
+    cache = ds._source._native  # ds[i] decompresses in compiled code, into this cache
+    before = cache.cached_frames  # opening read the header's and the footer's frames
     assert_same(ds[1234], recs[1234])
-    assert len(calls) == 1  # the record's frame; no index frame
-    calls.clear()
+    assert cache.cached_frames == before + 1  # the record's frame; no index frame
+    assert_same(ds[1235], recs[1235])  # (its neighbour: the same frame, from the cache)
+    assert cache.cached_frames == before + 1 and not calls
     for _ in ds:  # a scan decompresses each frame once
         pass
     assert len(calls) == len(set(calls)) and len(calls) <= n_frames

@@ -9,15 +9,14 @@ for anything older, the frame map built once from the chain of index blocks.
 
 from __future__ import annotations
 
-import array
 import bisect
-import struct
-from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import zstandard
 
+from .._native import ZstdGet
 from ..container import ENTRY, FRAME, FRAME_MAGIC, Commit, Header, parse_footer_at
 from ..errors import (
     CHECKSUM,
@@ -31,11 +30,8 @@ from ..errors import (
     FormatError,
 )
 from .zframe import (
-    BLOCK_SIZE_MAX,
-    OWN_DESCRIPTOR,
     SKIPPABLE_HEADER_SIZE,
     SMALL_FRAME,
-    ZSTD_FRAME_MAGIC,
     FrameError,
     LogicalReads,
     aligned_bytes,
@@ -61,23 +57,29 @@ from .zstd_pass import FramePasses
 
 MAX_HINTS = 1 << 14  # records located but not yet read (a batch's lookups come first)
 MAX_GROUPS = 1 << 16  # locator groups kept (16 locators each: 25 MiB at most)
-GROUPS_AT = SKIPPABLE_HEADER_SIZE  # a run frame's first group follows its header
 LOCATOR_AT = LOCATOR.unpack_from
 LOCATOR_SIZE = LOCATOR.size
-FRAME_AT = FRAME.unpack_from
 FRAME_SIZE = FRAME.size
-SMALL_HEAD = struct.Struct("<5sHI").unpack_from  # magic, descriptor, content size, block header
-OWN_MAGIC = ZSTD_FRAME_MAGIC.to_bytes(4, "little") + bytes([OWN_DESCRIPTOR])
-BAD_HEAD = (b"", 0, 0)
-ZERO_BYTES = array.array("B", [0])
 
 
 class ZstdSource(FramePasses, LogicalReads):
     """Random access to the logical bytes of a layout-2 file. Decompressed frames are kept
     in an LRU cache of ``cache_bytes``, keyed by their file offset; buffers are placed so
-    that a logical offset that is a multiple of the alignment is an aligned address."""
+    that a logical offset that is a multiple of the alignment is an aligned address.
+
+    ``record_frame(i)``, the random read ``ds[i]`` makes, is compiled (``_native.ZstdGet``,
+    which also holds the cache the general path here uses): record ``i`` (0 <= i < record
+    count) found through its locator: (buffer, position of its frame header in it, logical
+    offset, payload length, crc, file offset and span of its frame), when the record lies
+    within one data frame and every check of the frame layer passes (the caller checks the
+    offset and length as FORMAT.md section 10 says). None otherwise: the caller then goes
+    the general way (``entry``, ``frame``), which reads any other record or says what is
+    wrong. A cold read costs two bounded reads (the locator's group, the frame) and one
+    decoder call."""
 
     compressed = True
+    _native: Any = None  # the ZstdGet, once made
+    record_frame: Callable[[int], tuple | None]
     checks_content = True  # every frame's content checksum is checked as it is decompressed
     mapped = None  # the logical bytes exist only in decompressed frames
 
@@ -107,19 +109,28 @@ class ZstdSource(FramePasses, LogicalReads):
         self.cap = max_frame_size
         self.cache_bytes = cache_bytes
         self.alignment = 64
-        self._cache: OrderedDict[int, tuple[int, memoryview]] = OrderedDict()
-        self._cached = 0
         self._groups: dict[int, memoryview] = {}  # by file offset
         self._hints: dict[int, Extent] = {}
         self._hot: tuple[int, Any, int] | None = None
         self._last: tuple[int, memoryview] | None = None  # a span's last frame (file offset)
         self._runs = block.runs
         self._run1 = block.runs[0] if len(block.runs) == 1 else None  # the common case
-        self._small_cap = min(max_frame_size, BLOCK_SIZE_MAX)  # a one-block frame's content
         self._firsts = [r.first for r in block.runs]
         self._extents = [e for e in (block.footer, block.metadata, block.first) if e.span]
         self._map: tuple[np.ndarray, ...] | None = None
         self.commit: Commit | None = None
+        native = ZstdGet(
+            self.dictionary or None,
+            block.runs,
+            self.layout_end,
+            max_frame_size,
+            cache_bytes,
+            self.alignment,
+            FormatError,
+        )
+        self._native = native
+        self.record_frame = native.record_frame
+        self.reader = reader  # (the compiled reads too)
 
     @property
     def reader(self) -> Any:
@@ -131,13 +142,14 @@ class ZstdSource(FramePasses, LogicalReads):
         directly by the lookups, which saves a call per read."""
         self._reader = reader
         self._mmap = getattr(reader, "map", None)
+        if self._native is not None:
+            self._native.read_from(self._mmap, reader.pread)
 
     def set_alignment(self, alignment: int) -> None:
         if alignment != self.alignment:
             self.alignment = alignment
             self._hot = self._last = None
-            self._cache.clear()
-            self._cached = 0
+            self._native.reset(alignment)
 
     # ------------------------------------------------------------------ frames
 
@@ -165,9 +177,8 @@ class ZstdSource(FramePasses, LogicalReads):
                 raise FormatError(
                     f"frames at {ext.physical} end before logical {need}", phys, code=ZSTD_FRAME
                 )
-            hit = self._cache.get(phys)
+            hit = self._native.cached(phys)
             if hit is not None:
-                self._cache.move_to_end(phys)
                 length, buf = hit
             else:
                 if data is None:
@@ -178,21 +189,11 @@ class ZstdSource(FramePasses, LogicalReads):
                     length, buf = self._decode(data[phys - data_at :], logical)
                 except FrameError as exc:
                     raise FormatError(f"frame at {phys}: {exc}", phys, code=ZSTD_FRAME) from None
-                self._remember(phys, length, buf)
+                self._native.remember(phys, length, buf)
             out.append((logical, buf))
             phys += length
             logical += buf.nbytes
         return out
-
-    def _remember(self, phys: int, length: int, buf: memoryview) -> None:
-        self._cache[phys] = (length, buf)
-        self._cached += buf.nbytes
-        self._evict()
-
-    def _evict(self) -> None:
-        while self._cached > self.cache_bytes and len(self._cache) > 1:
-            _, (_, old) = self._cache.popitem(last=False)
-            self._cached -= old.nbytes
 
     def _located(self, offset: int, n: int) -> list[tuple[int, Any]]:
         """Frames holding logical bytes [offset, offset + n), from the first one holding
@@ -315,86 +316,6 @@ class ZstdSource(FramePasses, LogicalReads):
         groups[first + g * GROUP] = data
         return data
 
-    def record_frame(self, i: int) -> tuple[memoryview, int, int, int, int, int, int] | None:
-        """Record ``i`` (0 <= i < record count) for a random read, found through its
-        locator: (buffer, position of its frame header in it, logical offset, payload
-        length, crc, file offset and span of its frame), when the record lies within one
-        data frame and every check of the
-        frame layer passes (the caller checks the offset and length as FORMAT.md section 10
-        says). None otherwise: the caller then goes the general way (``entry``, ``frame``),
-        which reads any other record or says what is wrong. A cold read costs two bounded
-        reads (the locator's group, the frame) and one decoder call; this is ``_locator``
-        and ``_single`` inlined, in as few Python steps as the checks allow."""
-        run = self._run1 or self._runs[bisect.bisect_right(self._firsts, i) - 1]
-        slot = (i - run.first) % GROUP
-        group = self._groups.get(i - slot)
-        if group is None:
-            try:
-                group = self._read_group(run, i)
-            except FormatError:  # a remote object that changed: the general way says so
-                return None
-            if group is None:
-                return None
-        logical, phys, span, position = LOCATOR_AT(group, slot * LOCATOR_SIZE)
-        if span > SMALL_FRAME or position > logical:  # SPAN_UNKNOWN too
-            return None
-        hit = self._cache.get(phys)
-        if hit is not None:
-            self._cache.move_to_end(phys)
-            buf = hit[1]
-        else:
-            if phys < self.layout_end or phys + span > run.offset:
-                return None  # a record's frames lie between the layout frame and its run
-            mapped = self._mmap
-            try:
-                data = (
-                    mapped[phys : phys + span]
-                    if mapped is not None
-                    else self.reader.pread(phys, span)
-                )
-            except FormatError:
-                return None
-            if len(data) != span:
-                return None  # the file ends inside the frame: the general way says so
-            # FRAMES.md section 3 rule 3 for the frame a writer makes of a record or a few:
-            # its own descriptor, one compressed block, the last, filling the span (so the
-            # content size, the window, is at least the block); any other frame is walked.
-            magic, size, block = SMALL_HEAD(data) if span > 14 else BAD_HEAD
-            size += 256
-            if (
-                magic != OWN_MAGIC
-                or size > self._small_cap
-                or block & 0xFFFFFF != (span - 14) << 3 | 5
-                or span - 14 > size
-            ):
-                try:
-                    size = check_frame(data, self.cap)[1]  # exact: the frame fills the span
-                except FrameError:
-                    return None
-            raw = ZERO_BYTES * (size + self.alignment)
-            shift = (logical - position - raw.buffer_info()[0]) % self.alignment
-            buf = memoryview(raw)[shift : shift + size]
-            try:
-                dctx = self._local.dctx
-            except AttributeError:
-                dctx = self.dctx  # a thread's first read
-            try:
-                buf[:] = dctx.decompress(data)  # exactly size bytes, or ValueError
-            except (ValueError, zstandard.ZstdError):
-                return None
-            buf = buf.toreadonly()
-            self._cache[phys] = (span, buf)
-            self._cached += size
-            if self._cached > self.cache_bytes:
-                self._evict()
-        try:
-            magic, crc, length = FRAME_AT(buf, position)
-        except struct.error:
-            return None
-        if magic != FRAME_MAGIC or position + FRAME_SIZE + length > len(buf):
-            return None
-        return buf, position, logical, length, crc, phys, span
-
     def _locate(self, i: int) -> tuple[int, int, int, int] | None:
         if i >= self.block.record_count:
             return None
@@ -426,9 +347,8 @@ class ZstdSource(FramePasses, LogicalReads):
         record within one frame, the common case: one read, one decoder call); None
         otherwise (the caller goes frame by frame)."""
         phys, logical, span = ext
-        hit = self._cache.get(phys)
+        hit = self._native.cached(phys)
         if hit is not None:
-            self._cache.move_to_end(phys)
             return hit[1]
         if span > SMALL_FRAME:
             return None
@@ -439,7 +359,7 @@ class ZstdSource(FramePasses, LogicalReads):
             length, buf = self._decode(data, logical)
         except FrameError as exc:
             raise FormatError(f"frame at {phys}: {exc}", phys) from None
-        self._remember(phys, length, buf)
+        self._native.remember(phys, length, buf)
         return buf if length == span else None
 
     def _record_head(self, ext: Extent, logical: int) -> tuple[Any, int]:
@@ -465,7 +385,7 @@ class ZstdSource(FramePasses, LogicalReads):
 
     def close(self) -> None:
         self._mmap = None
-        self._cache.clear()
+        self._native.close()
         self._groups.clear()
         self._hints.clear()
         self._hot = self._last = None

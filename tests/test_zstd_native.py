@@ -1,0 +1,258 @@
+"""``ds[i]`` of a compressed file through the compiled lookup (``_native.ZstdGet``,
+src/evalue_store/_native_zstd.cc): a damaged file reads as the general path reads it (the
+same value, or a FormatError with the same code and message), threads share one dataset,
+and a forked child reads what its parent had cached.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+
+import numpy as np
+import pytest
+
+import evalue_store as evs
+from evalue_store import _native
+from evalue_store.physical.zstd_layout import GROUP_BYTES
+
+from .test_core import assert_same
+
+
+def _records(n: int, seed: int = 0, big: tuple[int, ...] = ()) -> list:
+    """W1-like records; the ones at ``big``'s positions hold incompressible tensors of
+    40-200 KB (frames of their own, of one or two blocks, decompressed without the GIL)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        rec = [rng.integers(0, 50000, 64), rng.random(8, dtype=np.float32), i % 10, f"ex-{i:05d}"]
+        if i in big:
+            rec[0] = rng.integers(0, 2**62, (40_000 + 80_000 * (i % 3)) // 8)
+        out.append(rec)
+    return out
+
+
+def _write(path, recs, **options) -> None:
+    with evs.Writer(path, compression="zstd", **options) as w:
+        half = len(recs) // 2  # two commits: two locator runs
+        w.extend(recs[:half])
+        w.commit()
+        w.extend(recs[half:])
+
+
+def _general(path):
+    """The dataset read the general way only: the compiled lookup is never asked."""
+    ds = evs.open(path)
+    ds._source.record_frame = lambda i: None
+    ds._located = None
+    return ds
+
+
+def _outcome(ds, i):
+    try:
+        return "value", ds[i]
+    except evs.FormatError as exc:
+        return "error", exc.code, str(exc)
+
+
+def _same_reads(path, order) -> None:
+    try:
+        fast, general = evs.open(path), _general(path)
+    except evs.FormatError:
+        return  # refused at open: no read happens
+    with fast, general:
+        assert fast._located is not None and len(fast) == len(general)
+        for i in order:
+            if i >= len(fast):  # (a cut file opens at an earlier commit)
+                continue
+            got, want = _outcome(fast, i), _outcome(general, i)
+            if want[0] == "value":
+                assert got[0] == "value", (i, got)
+                assert_same(got[1], want[1])
+            else:
+                assert got == want, i
+
+
+def _regions(path) -> dict[str, list[int]]:
+    """Byte positions of the file worth damaging, by part: the locator groups, each data
+    frame's header and first block header, and the frames' contents."""
+    with evs.open(path) as ds:
+        source = ds._source
+        phys, _, csizes, _ = source._frame_map()
+        runs = source.block.runs
+    groups, heads, contents = [], [], []
+    for offset, _, count in runs:
+        at = offset + 8
+        size = min(GROUP_BYTES * ((count + 15) // 16), 2 * GROUP_BYTES)
+        groups += range(at, at + size)
+    for a, n in zip(phys.tolist(), csizes.tolist()):
+        heads += range(a, a + min(n, 10))
+        contents += range(a + 10, a + n)
+    return {"locators": groups, "frame headers": heads, "frame contents": contents}
+
+
+@pytest.mark.parametrize("part", ["locators", "frame headers", "frame contents"])
+def test_damaged_files_read_as_the_general_path_reads_them(tmp_path, part):
+    """Bit flips and overwritten bytes in locator groups, frame headers and frames: every
+    ``ds[i]`` gives what the general path gives (value or the same FormatError)."""
+    path = tmp_path / "d.evs.zst"
+    recs = _records(60)
+    _write(path, recs, frame_size=1024, dictionary=None)
+    data = path.read_bytes()
+    positions = _regions(path)[part]
+    rng = random.Random(part)
+    order = list(range(len(recs))) * 2  # twice: cold, then from the cache
+    for trial in range(120):
+        pos = rng.choice(positions)
+        damaged = bytearray(data)
+        if trial % 2:
+            damaged[pos] ^= 1 << rng.randrange(8)
+        else:
+            damaged[pos] = (damaged[pos] + rng.randrange(1, 256)) % 256
+        path.write_bytes(damaged)
+        _same_reads(path, order)
+
+
+def test_truncated_and_dictionary_files_read_as_the_general_path(tmp_path):
+    """A file cut anywhere in its last commit, and a file with a trained dictionary whose
+    frames are damaged: the same reads both ways."""
+    path = tmp_path / "t.evs.zst"
+    recs = _records(400)
+    _write(path, recs)  # the defaults: 2 KiB frames, a trained dictionary
+    data = path.read_bytes()
+    order = list(range(len(recs)))
+    _same_reads(path, order)
+    with evs.open(path) as ds:
+        assert ds._source.dictionary  # (the frames need it)
+        for i in order:
+            assert_same(ds[i], recs[i])
+    rng = random.Random(1)
+    for cut in sorted(rng.sample(range(len(data) // 2, len(data)), 25)):
+        path.write_bytes(data[:cut])
+        _same_reads(path, order[::7])
+    path.write_bytes(data)
+    contents = _regions(path)["frame contents"]
+    for pos in rng.sample(contents, 30):
+        damaged = bytearray(data)
+        damaged[pos] ^= 1 << rng.randrange(8)
+        path.write_bytes(damaged)
+        _same_reads(path, order[::3])
+
+
+def test_reserved_mode_bits_are_refused_as_the_general_path_refuses_them(tmp_path):
+    """A frame whose sequences header sets the reserved bits of its compression modes
+    (RFC 8878 3.1.1.3.2.1): a libzstd before 1.5.6 decodes it, the general path refuses it;
+    so does ``ds[i]``."""
+    path = tmp_path / "m.evs.zst"
+    recs = _records(60)
+    _write(path, recs, frame_size=1024, dictionary=None)
+    data = path.read_bytes()
+    with evs.open(path) as ds:
+        phys, _, csizes, _ = ds._source._frame_map()
+    tried = 0
+    for a, n in zip(phys.tolist(), csizes.tolist()):
+        frame = data[a : a + n]
+        if frame[4] != 0x64 or frame[10] & 3 != 2:  # own frame, compressed literals
+            continue
+        form = frame[10] >> 2 & 3
+        header = 3 if form < 2 else 4 if form == 2 else 5
+        bits = 10 if form < 2 else 14 if form == 2 else 18
+        size = int.from_bytes(frame[10 : 10 + header], "little") >> (4 + bits) & (1 << bits) - 1
+        at = 10 + header + size
+        count = frame[at]
+        if count == 0:
+            continue
+        at += 1 if count < 128 else 2 if count < 255 else 3
+        damaged = bytearray(data)
+        damaged[a + at] |= 1
+        path.write_bytes(damaged)
+        _same_reads(path, range(len(recs)))
+        tried += 1
+    assert tried
+
+
+def test_threads_share_one_compressed_dataset(tmp_path):
+    """Eight threads reading one dataset with a cache too small to keep its frames (every
+    read decompresses, big frames without the GIL): every record right, no crash."""
+    path = tmp_path / "th.evs.zst"
+    big = tuple(range(5, 300, 37))
+    recs = _records(300, big=big)
+    _write(path, recs, frame_size=2048)
+    errors = []
+    with evs.open(path, cache_bytes=64 << 10) as ds:
+
+        def reader(seed: int) -> None:
+            rng = random.Random(seed)
+            try:
+                for _ in range(400):
+                    i = rng.choice(big) if rng.random() < 0.2 else rng.randrange(len(recs))
+                    assert_same(ds[i], recs[i])
+            except BaseException as exc:  # noqa: BLE001 (reported below)
+                errors.append(exc)
+
+        threads = [threading.Thread(target=reader, args=(k,)) for k in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, errors[:3]
+        assert ds._source._native.cached_bytes <= max(64 << 10, 200_000)
+
+
+def test_a_forked_child_reads_what_its_parent_cached(tmp_path):
+    path = tmp_path / "f.evs.zst"
+    recs = _records(500, big=(7, 250))
+    _write(path, recs)
+    with evs.open(path) as ds:
+        for i in range(0, 500, 3):
+            assert_same(ds[i], recs[i])
+        pid = os.fork()
+        if pid == 0:  # the child: the cache and decoders it inherited, then its own reads
+            code = 0
+            try:
+                for i in list(range(500)) + [7, 250]:
+                    assert_same(ds[i], recs[i])
+            except BaseException:  # noqa: BLE001
+                code = 1
+            os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        for i in range(1, 500, 3):
+            assert_same(ds[i], recs[i])
+
+
+def test_big_frames_and_alignment_placement(tmp_path):
+    """Frames of 40-200 KB (a 4-byte content size, two blocks) read through the compiled
+    path, every tensor at an address congruent to its file offset; the cache is bounded."""
+    path = tmp_path / "b.evs.zst"
+    big = (3, 4, 5, 20, 21)
+    recs = _records(40, big=big)
+    with evs.Writer(path, compression="zstd", alignment=4096) as w:
+        w.extend(recs)
+    with evs.open(path, cache_bytes=1) as ds:
+        native = ds._source._native
+        for i in (*big, *range(40)):
+            found = ds._source.record_frame(i)
+            assert found is not None, i  # served compiled, not by the general path
+            got = ds[i]
+            assert_same(got, recs[i])
+            assert got[0].ctypes.data % 4096 == 0  # the tensor's file alignment
+            assert native.cached_frames == 1
+
+
+def test_zstd_get_refuses_bad_arguments():
+    args = (None, [(100, 0, 5)], 16, 1 << 20, 1 << 20)
+    with pytest.raises(ValueError, match="power of two"):
+        _native.ZstdGet(*args, 48, evs.FormatError)
+    with pytest.raises(ValueError, match="sorted"):
+        _native.ZstdGet(None, [(100, 5, 5), (200, 0, 5)], 16, 1, 1, 64, evs.FormatError)
+    get = _native.ZstdGet(*args, 64, evs.FormatError)
+    with pytest.raises(TypeError, match="once"):
+        get.__init__(*args, 64, evs.FormatError)
+    assert get.record_frame(0) is None  # no file to read from yet
+    get.read_from(b"\0" * 200, lambda offset, n: b"")
+    assert get.record_frame(0) is None and get.record_frame(-1) is None  # a bad group CRC
+    assert get.record_frame(2**70) is None and get.record_frame(5) is None
+    with pytest.raises(ValueError, match="power of two"):
+        get.reset(3)
