@@ -229,3 +229,66 @@ def test_the_type_refuses_misuse():
     assert fast.get(0) is None  # an all-zero index entry: no layout, no record
     with pytest.raises(ValueError):
         fast.decode_entries(bytes(23))
+
+
+class NoFrames:
+    """In place of ``ds._fast_frames``: serves nothing, so the Python reader reads all."""
+
+    def decode_frame(self, *args):
+        return None
+
+    def add(self, *args):
+        pass
+
+    def clear(self):
+        pass
+
+
+@pytest.mark.parametrize("version", ["1.0", "1.1"])
+def test_compressed_records_decode_as_the_python_reader_decodes_them(tmp_path, version):
+    """A compressed file's ds[i] decodes its frame's record in the same compiled call
+    (``decode_frame``), 0-d and strided tensors too; on damaged frames, re-signed or not,
+    it gives what the Python reader gives."""
+    path = tmp_path / "kinds.evs"
+    records = [[*every_kind(i), np.array(i)] for i in range(40)]
+    with evs.Writer(path, compression="zstd", format_version=version) as w:
+        w.extend(records)
+    with evs.open(path) as ds:
+        ds[0], ds[1]
+        found = [ds._located(i) for i in range(len(ds))]
+        served = [ds._fast_frames.decode_frame(*f[:5]) for f in found]
+        assert all(record is not None for record in served)
+        got = [ds[i] for i in range(len(ds))]
+        ds._fast_frames = NoFrames()
+        want = [ds[i] for i in range(len(ds))]
+    for g, w, s in zip(got, want, served):
+        assert_identical(g, w)
+        assert_identical(s, w)
+    buf, pos, offset, length, crc = found[5][:5]
+    frame = bytes(buf[pos : pos + FRAME_SIZE + length])
+    with evs.open(path) as ds:
+        ds[0], ds[1]
+        decode = ds._fast_frames.decode_frame
+        for at in range(len(frame)):
+            for value in (frame[at] ^ 1, 2, 0xFF):
+                damaged = bytearray(frame)
+                damaged[at] = value
+                view = memoryview(bytes(damaged))
+                fast = decode(view, 0, offset, length, crc)
+                try:
+                    slow = ds._decode(5, view, 0, offset, length, crc)
+                except evs.FormatError:
+                    slow = None
+                if fast is not None:  # served: what the Python reader decodes
+                    assert slow is not None
+                    assert_identical(fast, slow)
+        assert decode(memoryview(frame), 1, offset, length, crc) is None  # not its place
+        assert decode(memoryview(frame[:-1]), 0, offset, length, crc) is None  # cut short
+        assert decode(memoryview(frame), 0, offset, length, crc ^ 1) is None
+        assert decode(memoryview(frame), 0, offset + 1, length, crc) is None  # unaligned
+        assert decode(memoryview(frame), -5, offset, length, crc) is None
+        assert decode(memoryview(frame), 0, -1, length, crc) is None
+        with pytest.raises(TypeError):
+            decode(memoryview(frame), 0, offset, length)
+        with pytest.raises(TypeError):
+            decode("not a buffer", 0, offset, length, crc)

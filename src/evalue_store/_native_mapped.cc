@@ -1,4 +1,5 @@
-// evalue_store._native.Mapped: ``ds[i]`` of a plain, memory-mapped file in one call.
+// evalue_store._native.Mapped: ``ds[i]`` of a plain, memory-mapped file in one call, and the
+// decoding of a record from a compressed file's decompressed frame (``decode_frame``).
 //
 // The Python per-record path (index entry, its checks, the checksum, the layout's struct
 // unpack and structure check, a view per tensor) cost about twice the instructions of a
@@ -57,12 +58,21 @@ uint32_t load_u32(const uint8_t* p) {
   return v;
 }
 
+// How a tensor is made from a buffer other than the mapping (as codec/layout.py does): a
+// 1-D np.frombuffer, the same reshaped, or an np.ndarray with strides over its bytes.
+enum Make : int { kFlat = 0, kReshape = 1, kStrided = 2 };
+
 struct Step {
   int kind;
   int64_t at;        // byte offset in the frame
-  int64_t size;      // a string's length
+  int64_t size;      // a string's length; a tensor's count (kFlat, kReshape) or bytes
   char code;         // a scalar's: 'q' int64, 'd' float64
-  PyObject* rows;    // a tensor's: an array whose row k starts at byte k * alignment + at % alignment
+  PyObject* rows;    // a mapping's tensor: an array whose row k starts at byte
+                     // k * alignment + at % alignment
+  int make;          // a frame's tensor (no mapping): how, with its dtype, shape, strides
+  PyObject* dtype;
+  PyObject* shape;
+  PyObject* strides;
 };
 
 // Shared by the State and every decode using it: a decode that allocates can run a finalizer
@@ -76,12 +86,17 @@ struct Layout {
   Layout(const Layout&) = delete;
   Layout& operator=(const Layout&) = delete;
   ~Layout() {
-    for (Step& step : steps) Py_XDECREF(step.rows);
+    for (Step& step : steps) {
+      Py_XDECREF(step.rows);
+      Py_XDECREF(step.dtype);
+      Py_XDECREF(step.shape);
+      Py_XDECREF(step.strides);
+    }
   }
 };
 
 struct State {
-  PyObject* view = nullptr;      // the mapping (a read-only memoryview)
+  PyObject* view = nullptr;      // the mapping (a read-only memoryview); None: frames only
   std::vector<int64_t> starts;   // the index: each segment's first record
   std::vector<int64_t> offsets;  // and its file offset
   int64_t count = 0;             // records
@@ -110,18 +125,57 @@ struct Buffer {
   }
 };
 
-// The record whose frame starts at ``frame`` in ``data`` (``size`` bytes), given its index
-// entry; a new reference, or nullptr with no error set when this path cannot serve it, or
-// nullptr with an error set (memory, an exception raised by a row's indexing is cleared).
-PyObject* decode(State* s, const uint8_t* data, int64_t size, uint64_t offset, uint64_t length,
-                 uint32_t crc, uint32_t reserved) {
+PyObject* g_frombuffer = nullptr;  // numpy.frombuffer, numpy.ndarray, numpy.uint8: a frame's
+PyObject* g_ndarray = nullptr;     // tensors are made as codec/layout.py makes them
+PyObject* g_uint8 = nullptr;
+
+// A tensor of ``step`` whose data starts at byte ``at`` of ``buf`` (checked to hold it).
+PyObject* frame_tensor(const Step& step, PyObject* buf, int64_t at) {
+  PyObject* where = PyLong_FromLongLong(at);
+  PyObject* count = PyLong_FromLongLong(step.size);
+  PyObject* result = nullptr;
+  if (where != nullptr && count != nullptr) {
+    if (step.make == kStrided) {
+      PyObject* region =
+          PyObject_CallFunctionObjArgs(g_frombuffer, buf, g_uint8, count, where, nullptr);
+      if (region != nullptr) {
+        PyObject* zero = PyLong_FromLong(0);
+        if (zero != nullptr)
+          result = PyObject_CallFunctionObjArgs(g_ndarray, step.shape, step.dtype, region, zero,
+                                                step.strides, nullptr);
+        Py_XDECREF(zero);
+        Py_DECREF(region);
+      }
+    } else {
+      result = PyObject_CallFunctionObjArgs(g_frombuffer, buf, step.dtype, count, where, nullptr);
+      if (result != nullptr && step.make == kReshape) {
+        PyObject* name = PyUnicode_InternFromString("reshape");
+        PyObject* shaped = name ? PyObject_CallMethodOneArg(result, name, step.shape) : nullptr;
+        Py_XDECREF(name);
+        Py_DECREF(result);
+        result = shaped;
+      }
+    }
+  }
+  Py_XDECREF(where);
+  Py_XDECREF(count);
+  return result;
+}
+
+// The record whose frame starts at ``pos`` in ``data`` (``size`` bytes), given its index
+// entry: the mapping's (``frame_buf`` null: ``pos`` is the entry's offset, tensors are rows)
+// or a decompressed frame's, exported from ``frame_buf``. A new reference, or nullptr with
+// no error set when this path cannot serve it, or nullptr with an error set (memory; an
+// exception raised by a value's construction is cleared).
+PyObject* decode(State* s, const uint8_t* data, int64_t size, int64_t pos, PyObject* frame_buf,
+                 uint64_t offset, uint64_t length, uint32_t crc, uint32_t reserved) {
   if (reserved != 0 || (offset & static_cast<uint64_t>(s->alignment - 1)) != 0 ||
       offset < static_cast<uint64_t>(s->data_start) || offset > static_cast<uint64_t>(s->reach) ||
       length > static_cast<uint64_t>(s->reach) - offset ||
       (s->limit >= 0 && length > static_cast<uint64_t>(s->limit)))
     return nullptr;
-  const int64_t at = static_cast<int64_t>(offset);
-  if (at > size - kFrameSize || static_cast<int64_t>(length) > size - kFrameSize - at)
+  const int64_t at = pos;
+  if (at < 0 || at > size - kFrameSize || static_cast<int64_t>(length) > size - kFrameSize - at)
     return nullptr;
   const uint8_t* frame = data + at;
   if (load_u32(frame + kFrameCrcAt) != crc) return nullptr;
@@ -154,7 +208,12 @@ PyObject* decode(State* s, const uint8_t* data, int64_t size, uint64_t offset, u
     PyObject* value;
     switch (step.kind) {
       case kTensor:
-        value = PySequence_GetItem(step.rows, (at + step.at) / s->alignment);
+        if (frame_buf == nullptr ? step.rows == nullptr : step.dtype == nullptr) {
+          Py_DECREF(values);  // taught for the other kind of buffer
+          return nullptr;
+        }
+        value = frame_buf == nullptr ? PySequence_GetItem(step.rows, (at + step.at) / s->alignment)
+                                     : frame_tensor(step, frame_buf, at + step.at);
         break;
       case kScalar:
         if (step.code == 'q') {
@@ -223,8 +282,10 @@ PyObject* get(PyObject* self, PyObject* index) {
   const int64_t entry = s->offsets[seg] + (i - s->starts[seg]) * kEntrySize;
   if (entry < 0 || entry > size - kEntrySize) Py_RETURN_NONE;
   const uint8_t* e = data + entry;
-  PyObject* record =
-      decode(s, data, size, load_u64(e), load_u64(e + 8), load_u32(e + 16), load_u32(e + 20));
+  const uint64_t offset = load_u64(e);
+  if (offset > static_cast<uint64_t>(size)) Py_RETURN_NONE;
+  PyObject* record = decode(s, data, size, static_cast<int64_t>(offset), nullptr, offset,
+                            load_u64(e + 8), load_u32(e + 16), load_u32(e + 20));
   if (record == nullptr && !PyErr_Occurred()) Py_RETURN_NONE;
   return record;
 }
@@ -248,8 +309,12 @@ PyObject* decode_entries(PyObject* self, PyObject* entries) {
   PyObject* records = PyList_New(n);
   if (records == nullptr) return nullptr;
   for (Py_ssize_t k = 0; k < n; ++k, e += kEntrySize) {
-    PyObject* record = decode(s, data, buf.b.len, load_u64(e), load_u64(e + 8),
-                              load_u32(e + 16), load_u32(e + 20));
+    const uint64_t offset = load_u64(e);
+    PyObject* record =
+        offset > static_cast<uint64_t>(buf.b.len)
+            ? nullptr
+            : decode(s, data, buf.b.len, static_cast<int64_t>(offset), nullptr, offset,
+                     load_u64(e + 8), load_u32(e + 16), load_u32(e + 20));
     if (record == nullptr) {
       if (PyErr_Occurred()) {
         Py_DECREF(records);
@@ -261,6 +326,32 @@ PyObject* decode_entries(PyObject* self, PyObject* entries) {
     PyList_SET_ITEM(records, k, record);
   }
   return records;
+}
+
+// decode_frame(buf, pos, offset, length, crc): the record whose frame header is at ``pos``
+// of ``buf`` (a compressed file's decompressed frame), given its place ``offset`` in the
+// container and its index entry's length and crc, or None.
+PyObject* decode_frame(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  State* s = reinterpret_cast<Mapped*>(self)->state;
+  if (s == nullptr) return PyErr_Format(PyExc_TypeError, "Mapped is not initialised");
+  if (nargs != 5)
+    return PyErr_Format(PyExc_TypeError, "decode_frame takes 5 arguments, not %zd", nargs);
+  long long pos = PyLong_AsLongLong(args[1]);
+  unsigned long long offset = PyLong_AsUnsignedLongLong(args[2]);
+  unsigned long long length = PyLong_AsUnsignedLongLong(args[3]);
+  unsigned long crc = PyLong_AsUnsignedLong(args[4]);
+  if (PyErr_Occurred()) {
+    PyErr_Clear();
+    Py_RETURN_NONE;  // not a place or an entry this path reads: the general path says why
+  }
+  if (crc > 0xFFFFFFFFul) Py_RETURN_NONE;
+  Buffer buf;
+  if (PyObject_GetBuffer(args[0], &buf.b, PyBUF_SIMPLE) != 0) return nullptr;
+  buf.held = true;
+  PyObject* record = decode(s, static_cast<const uint8_t*>(buf.b.buf), buf.b.len, pos, args[0],
+                            offset, length, static_cast<uint32_t>(crc), 0);
+  if (record == nullptr && !PyErr_Occurred()) Py_RETURN_NONE;
+  return record;
 }
 
 bool as_int64(PyObject* obj, const char* name, int64_t* out) {
@@ -306,12 +397,29 @@ PyObject* add(PyObject* self, PyObject* args) {
     PyObject* detail;
     if (!PyArg_ParseTuple(PyList_GET_ITEM(steps, k), "iLO:step", &kind, &at, &detail))
       return nullptr;
-    Step step{kind, at, 0, 0, nullptr};
+    Step step{kind, at, 0, 0, nullptr, kFlat, nullptr, nullptr, nullptr};
     bool ok = true;
     switch (kind) {
       case kTensor:
-        ok = inside(at, 0);
-        step.rows = detail;
+        if (PyTuple_Check(detail)) {  // a frame's: (make, dtype, count or bytes, shape, strides)
+          long long size = -1;
+          ok = PyArg_ParseTuple(detail, "iOLO!O:tensor", &step.make, &step.dtype, &size,
+                                &PyTuple_Type, &step.shape, &step.strides) &&
+               step.make >= kFlat && step.make <= kStrided && size >= 0 &&
+               (step.make != kStrided || PyTuple_Check(step.strides));
+          step.size = size;
+          if (ok && step.make == kStrided) ok = inside(at, size);
+          if (ok) {
+            Py_INCREF(step.dtype);
+            Py_INCREF(step.shape);
+            Py_INCREF(step.strides);
+          } else {
+            step.dtype = step.shape = step.strides = nullptr;
+          }
+        } else {  // a mapping's: its rows
+          ok = inside(at, 0);
+          step.rows = detail;
+        }
         break;
       case kScalar: {
         const char* code = PyUnicode_Check(detail) ? PyUnicode_AsUTF8(detail) : nullptr;
@@ -368,7 +476,7 @@ int init(PyObject* self, PyObject* args, PyObject* kwargs) {
     PyErr_SetString(PyExc_TypeError, "Mapped is initialised once");
     return -1;
   }
-  if (!PyObject_CheckBuffer(view) || alignment <= 0 || (alignment & (alignment - 1)) != 0 ||
+  if ((view != Py_None && !PyObject_CheckBuffer(view)) || alignment <= 0 || (alignment & (alignment - 1)) != 0 ||
       count < 0 || data_start < 0 || PyList_GET_SIZE(starts) != PyList_GET_SIZE(offsets) ||
       (count > 0 && PyList_GET_SIZE(starts) == 0)) {
     PyErr_SetString(PyExc_ValueError, "Mapped: inconsistent arguments");
@@ -399,8 +507,10 @@ int init(PyObject* self, PyObject* args, PyObject* kwargs) {
                  checksum);
     return -1;
   }
-  Py_INCREF(view);
-  state->view = view;
+  if (view != Py_None) {
+    Py_INCREF(view);
+    state->view = view;
+  }
   m->state = state.release();
   return 0;
 }
@@ -466,6 +576,11 @@ PyMethodDef mapped_methods[] = {
     {"decode_entries", entries_or_none, METH_O,
      "decode_entries(entries) -> list: for each 24-byte index entry of a bytes-like\n"
      "object, its record as get() gives it, or None."},
+    {"decode_frame", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(decode_frame)),
+     METH_FASTCALL,
+     "decode_frame(buf, pos, offset, length, crc) -> list | None: the record whose frame\n"
+     "header is at buf[pos] (a decompressed frame; ``offset``: its place in the container),\n"
+     "when it passes every check and its layout is known; else None."},
     {"add", add, METH_VARARGS,
      "add(length, runs, steps): learn the layout of records of this payload length."},
     {"clear", clear, METH_NOARGS, "clear(): forget every layout."},
@@ -489,6 +604,15 @@ PyType_Spec mapped_spec = {"evalue_store._native.Mapped", sizeof(Mapped), 0,
 }  // namespace
 
 int add_mapped_type(PyObject* module) {
+  if (g_frombuffer == nullptr) {
+    PyObject* numpy = PyImport_ImportModule("numpy");
+    if (numpy == nullptr) return -1;
+    g_frombuffer = PyObject_GetAttrString(numpy, "frombuffer");
+    g_ndarray = PyObject_GetAttrString(numpy, "ndarray");
+    g_uint8 = PyObject_GetAttrString(numpy, "uint8");
+    Py_DECREF(numpy);
+    if (g_frombuffer == nullptr || g_ndarray == nullptr || g_uint8 == nullptr) return -1;
+  }
   PyObject* type = PyType_FromSpec(&mapped_spec);
   if (type == nullptr) return -1;
   if (PyModule_AddObject(module, "Mapped", type) != 0) {

@@ -121,19 +121,29 @@ class Layout:
                 values.append(None)
         return values
 
-    def native(self, buf: Any, typed: dict) -> tuple[list, list] | None:
-        """(runs, steps) describing this layout to ``_native.Mapped.add`` for records in
-        ``buf`` (a whole mapping; ``typed`` as ``decode`` takes it): the structure bytes as
-        (frame offset, bytes) runs, and per value (kind, frame offset, detail: a tensor's
-        rows, a scalar's type code, a string's length). None when a value has no rows (a
-        0-d tensor): ``decode`` reads those records."""
+    def native(self, buf: Any, typed: dict | None) -> tuple[list, list] | None:
+        """(runs, steps) describing this layout to ``_native.Mapped.add``: the structure
+        bytes as (frame offset, bytes) runs, and per value (kind, frame offset, detail: a
+        scalar's type code, a string's length, a tensor's rows or how to make it).
+
+        For records in ``buf``, a whole mapping (``typed`` as ``decode`` takes it), a
+        tensor is a row; None when a value has no rows (a 0-d tensor): ``decode`` reads
+        those records. With ``typed`` None (decompressed frames), a tensor is made as
+        ``decode`` makes it: (how: 0 flat, 1 reshaped, 2 strided; dtype; count, or bytes
+        if strided; shape; strides or None)."""
         where = self.check_at.tolist()
         cuts = [0, *(k for k in range(1, len(where)) if where[k] != where[k - 1] + 1), len(where)]
         expected = self.check_bytes.tobytes()
         runs = [(where[a], expected[a:b]) for a, b in zip(cuts[:-1], cuts[1:]) if a < b]
         steps: list[tuple] = []
         for kind, index, at, detail in self.steps:
-            if kind == S_TENSOR:
+            if kind == S_TENSOR and typed is None:
+                dtype, shape, strides, nbytes, numel = detail
+                if numel is None:
+                    steps.append((kind, at, (2, dtype, nbytes, shape, strides)))
+                else:
+                    steps.append((kind, at, (int(len(shape) != 1), dtype, numel, shape, None)))
+            elif kind == S_TENSOR:
                 if not index:
                     return None
                 rows = typed.get(index)

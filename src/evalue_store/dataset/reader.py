@@ -136,27 +136,26 @@ class Dataset(Records):
         self._bind_fast()
 
     def _bind_fast(self) -> None:
-        """``ds[i]``'s compiled path (``_native.Mapped``) for a plain mapped file, knowing
-        every layout learned so far (``Records._remember_layout`` teaches it the later
-        ones); None for any other source."""
-        self._fast = None
+        """The compiled record readers (``_native.Mapped``), knowing every layout learned so
+        far (``Records._teach`` teaches them the later ones): ``_fast``, ``ds[i]`` of a
+        plain mapped file; ``_fast_frames``, a record in a compressed file's decompressed
+        frame (its ``ds[i]``). None for the sources they do not read."""
+        self._fast = self._fast_frames = None
         source = self._source
-        if source.mapped is None or source.compressed or getattr(source, "typed", None) is None:
-            return
-        fast = _native.Mapped(
-            source.mapped,
-            list(self._starts),
-            [seg.offset for seg in self._segments],
-            self._len,
+        checks = (
             self.header.alignment,
             self.header.data_start,
             self.commit.end - FRAME_SIZE,
             self._max_record_bytes,
             NAMES[self._checksum] if self._crc_on_read else None,
         )
+        if source.mapped is not None and getattr(source, "typed", None) is not None:
+            starts, offsets = list(self._starts), [seg.offset for seg in self._segments]
+            self._fast = _native.Mapped(source.mapped, starts, offsets, self._len, *checks)
+        elif self._located is not None:
+            self._fast_frames = _native.Mapped(None, [], [], 0, *checks)
         for length, layout in self._layouts.items():
-            self._teach(fast, length, layout)
-        self._fast = fast
+            self._teach(length, layout)
 
     @property
     def max_record_bytes(self) -> int | None:
@@ -166,13 +165,14 @@ class Dataset(Records):
     @max_record_bytes.setter
     def max_record_bytes(self, value: int | None) -> None:
         self._max_record_bytes = value
-        if getattr(self, "_fast", None) is not None:
-            self._bind_fast()  # it holds a copy of the limit
+        if getattr(self, "_source", None) is not None:
+            self._bind_fast()  # they hold a copy of the limit
 
     def _close_source(self) -> None:
         self._mapped = None
         self._located = None
-        self._fast = None  # before the source: its layouts hold arrays viewing the mapping
+        self._fast = self._fast_frames = None  # before the source: their layouts hold
+        # arrays viewing the mapping
         self._fast = None
         if self._source is not None:
             self._source.close()
@@ -255,7 +255,7 @@ class Dataset(Records):
         self.filesystem = state.get("filesystem")
         self.storage_options = state.get("storage_options")
         self.cache_dir = state.get("cache_dir")
-        self._source = self._mapped = self._located = self._fast = None
+        self._source = self._mapped = self._located = self._fast = self._fast_frames = None
         self._closed_by_pickle = True
         self._pinned = state.get("pinned")
         self._len = None

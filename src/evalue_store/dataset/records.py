@@ -171,18 +171,24 @@ class Records(Scans):
     def _remember_layout(self, length: int, layout: Any) -> None:
         if len(self._layouts) > MAX_LAYOUTS:
             self._layouts.clear()
-            if self._fast is not None:
-                self._fast.clear()
+            for fast in (self._fast, self._fast_frames):
+                if fast is not None:
+                    fast.clear()
         self._layouts[length] = layout
-        if self._fast is not None:
-            self._teach(self._fast, length, layout)
+        self._teach(length, layout)
 
-    def _teach(self, fast: Any, length: int, layout: Any) -> None:
-        """Give ``fast`` (a ``_native.Mapped``) the layout of records of ``length`` payload
-        bytes, when it can decode them (not a 0-d tensor's: ``Layout.decode`` reads those)."""
-        spec = None if layout is None else layout.native(self._source.mapped, self._source.typed)
-        if spec is not None:
-            fast.add(length, *spec)
+    def _teach(self, length: int, layout: Any) -> None:
+        """Give the compiled readers (``reader._bind_fast``) the layout of records of
+        ``length`` payload bytes, when they can decode them (a mapping's 0-d tensors cannot
+        be rows: ``Layout.decode`` reads those)."""
+        if layout is None:
+            return
+        if self._fast is not None:
+            spec = layout.native(self._source.mapped, self._source.typed)
+            if spec is not None:
+                self._fast.add(length, *spec)
+        if self._fast_frames is not None:
+            self._fast_frames.add(length, *layout.native(None, None))
 
     def __getitem__(self, index: Index) -> Any:
         """One record for an integer; a list of records for a slice, an integer array or a
@@ -248,6 +254,9 @@ class Records(Scans):
         if found is None:
             return self._record(i)
         buf, pos, offset, length, crc, _, _ = found
+        record = self._fast_frames.decode_frame(buf, pos, offset, length, crc)
+        if record is not None:  # else the checks below say why, or the layout is learned
+            return record
         limit = self.max_record_bytes
         if (
             offset % self.header.alignment
