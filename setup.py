@@ -1,8 +1,11 @@
 """The compiled part of evalue_store: ``evalue_store._native`` (record checksums of many
-byte ranges in one call), built from src/evalue_store/_native.cc and the C++ reader's
-CRC code (cpp/src/crc.cc), so the Python and C++ readers share one implementation.
-Everything else is in pyproject.toml."""
+byte ranges in one call, the record readers of a mapped file and of compressed frames),
+built from src/evalue_store/_native*.cc and the C++ reader's CRC code (cpp/src/crc.cc), so
+the Python and C++ readers share one implementation. It uses numpy's C API (its headers
+come with the numpy that pip installs for the build) and the system libzstd. Everything
+else is in pyproject.toml."""
 
+import numpy
 from setuptools import Extension, setup
 
 setup(
@@ -15,7 +18,7 @@ setup(
                 "src/evalue_store/_native_zstd.cc",
                 "cpp/src/crc.cc",
             ],
-            include_dirs=["cpp/include"],
+            include_dirs=["cpp/include", numpy.get_include()],
             libraries=["zstd"],  # the system libzstd (libzstd-dev)
             language="c++",
             extra_compile_args=["-std=c++17", "-O2"],

@@ -14,6 +14,9 @@
 // an array numpy bounds-checks. The GIL is held except while a large payload is checksummed.
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
+#define PY_ARRAY_UNIQUE_SYMBOL evalue_store_native_ARRAY_API
+#include <numpy/arrayobject.h>
 
 #include <cstdint>
 #include <cstring>
@@ -69,10 +72,11 @@ struct Step {
   char code;         // a scalar's: 'q' int64, 'd' float64
   PyObject* rows;    // a mapping's tensor: an array whose row k starts at byte
                      // k * alignment + at % alignment
-  int make;          // a frame's tensor (no mapping): how, with its dtype, shape, strides
-  PyObject* dtype;
-  PyObject* shape;
-  PyObject* strides;
+  int make;          // a frame's tensor (no mapping): how (its strides given or C order),
+  PyArray_Descr* descr;        // its dtype,
+  std::vector<npy_intp> dims;  // shape,
+  std::vector<npy_intp> strides;  // strides (kStrided)
+  int64_t nbytes;              // and the bytes from its start to its end
 };
 
 // Shared by the State and every decode using it: a decode that allocates can run a finalizer
@@ -88,9 +92,7 @@ struct Layout {
   ~Layout() {
     for (Step& step : steps) {
       Py_XDECREF(step.rows);
-      Py_XDECREF(step.dtype);
-      Py_XDECREF(step.shape);
-      Py_XDECREF(step.strides);
+      Py_XDECREF(step.descr);
     }
   }
 };
@@ -125,41 +127,32 @@ struct Buffer {
   }
 };
 
-PyObject* g_frombuffer = nullptr;  // numpy.frombuffer, numpy.ndarray, numpy.uint8: a frame's
-PyObject* g_ndarray = nullptr;     // tensors are made as codec/layout.py makes them
-PyObject* g_uint8 = nullptr;
-
-// A tensor of ``step`` whose data starts at byte ``at`` of ``buf`` (checked to hold it).
+// A tensor of ``step`` whose data starts at byte ``at`` of ``buf`` (a decompressed frame,
+// checked to hold the whole frame), as np.frombuffer and codec/layout.py make it: its base a
+// memoryview of ``buf`` (which holds ``buf``'s export), read-only if ``buf`` is.
 PyObject* frame_tensor(const Step& step, PyObject* buf, int64_t at) {
-  PyObject* where = PyLong_FromLongLong(at);
-  PyObject* count = PyLong_FromLongLong(step.size);
-  PyObject* result = nullptr;
-  if (where != nullptr && count != nullptr) {
-    if (step.make == kStrided) {
-      PyObject* region =
-          PyObject_CallFunctionObjArgs(g_frombuffer, buf, g_uint8, count, where, nullptr);
-      if (region != nullptr) {
-        PyObject* zero = PyLong_FromLong(0);
-        if (zero != nullptr)
-          result = PyObject_CallFunctionObjArgs(g_ndarray, step.shape, step.dtype, region, zero,
-                                                step.strides, nullptr);
-        Py_XDECREF(zero);
-        Py_DECREF(region);
-      }
-    } else {
-      result = PyObject_CallFunctionObjArgs(g_frombuffer, buf, step.dtype, count, where, nullptr);
-      if (result != nullptr && step.make == kReshape) {
-        PyObject* name = PyUnicode_InternFromString("reshape");
-        PyObject* shaped = name ? PyObject_CallMethodOneArg(result, name, step.shape) : nullptr;
-        Py_XDECREF(name);
-        Py_DECREF(result);
-        result = shaped;
-      }
-    }
+  PyObject* base = PyMemoryView_FromObject(buf);
+  if (base == nullptr) return nullptr;
+  const Py_buffer* view = PyMemoryView_GET_BUFFER(base);
+  if (at < 0 || step.nbytes > view->len || at > view->len - step.nbytes) {
+    Py_DECREF(base);
+    return nullptr;  // (the caller checked the frame: cannot happen)
   }
-  Py_XDECREF(where);
-  Py_XDECREF(count);
-  return result;
+  Py_INCREF(step.descr);  // (stolen by the constructor)
+  PyObject* array = PyArray_NewFromDescr(
+      &PyArray_Type, step.descr, static_cast<int>(step.dims.size()),
+      const_cast<npy_intp*>(step.dims.data()),
+      step.make == kStrided ? const_cast<npy_intp*>(step.strides.data()) : nullptr,
+      static_cast<char*>(view->buf) + at, view->readonly ? 0 : NPY_ARRAY_WRITEABLE, nullptr);
+  if (array == nullptr) {
+    Py_DECREF(base);
+    return nullptr;
+  }
+  if (PyArray_SetBaseObject(reinterpret_cast<PyArrayObject*>(array), base) < 0) {  // steals
+    Py_DECREF(array);
+    return nullptr;
+  }
+  return array;
 }
 
 // The record whose frame starts at ``pos`` in ``data`` (``size`` bytes), given its index
@@ -208,7 +201,7 @@ PyObject* decode(State* s, const uint8_t* data, int64_t size, int64_t pos, PyObj
     PyObject* value;
     switch (step.kind) {
       case kTensor:
-        if (frame_buf == nullptr ? step.rows == nullptr : step.dtype == nullptr) {
+        if (frame_buf == nullptr ? step.rows == nullptr : step.descr == nullptr) {
           Py_DECREF(values);  // taught for the other kind of buffer
           return nullptr;
         }
@@ -363,6 +356,49 @@ bool as_int64(PyObject* obj, const char* name, int64_t* out) {
   return true;
 }
 
+// Reads a frame tensor's (make, dtype, count or bytes, shape, strides) into ``step`` (a new
+// reference to the dtype): false, with or without an error set, if it is not one.
+bool frame_spec(PyObject* detail, Step* step) {
+  PyObject *dtype, *shape, *strides;
+  long long size;
+  if (!PyArg_ParseTuple(detail, "iOLO!O:tensor", &step->make, &dtype, &size, &PyTuple_Type,
+                        &shape, &strides))
+    return false;
+  if (step->make < kFlat || step->make > kStrided || size < 0 || !PyArray_DescrCheck(dtype))
+    return false;
+  auto* descr = reinterpret_cast<PyArray_Descr*>(dtype);
+  const int64_t itemsize = PyDataType_ELSIZE(descr);
+  const Py_ssize_t nd = PyTuple_GET_SIZE(shape);
+  if (itemsize <= 0 || nd > NPY_MAXDIMS) return false;
+  int64_t count = 1;
+  for (Py_ssize_t k = 0; k < nd; ++k) {
+    const long long dim = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, k));
+    if (dim < 0 || dim > (int64_t{1} << 40)) return false;
+    count = dim == 0 || count == 0 ? 0 : (count > (int64_t{1} << 40) / dim ? -1 : count * dim);
+    if (count < 0) return false;
+    step->dims.push_back(static_cast<npy_intp>(dim));
+  }
+  if (step->make == kStrided) {  // its bytes, and strides within them
+    if (!PyTuple_Check(strides) || PyTuple_GET_SIZE(strides) != nd) return false;
+    int64_t last = 0;  // the offset of the last element
+    for (Py_ssize_t k = 0; k < nd; ++k) {
+      const long long stride = PyLong_AsLongLong(PyTuple_GET_ITEM(strides, k));
+      if (stride < 0 || stride > size) return false;
+      last += stride * (step->dims[k] > 0 ? step->dims[k] - 1 : 0);
+      step->strides.push_back(static_cast<npy_intp>(stride));
+    }
+    if (count > 0 && last + itemsize > size) return false;
+    step->nbytes = size;
+  } else {
+    if (size != count) return false;
+    step->nbytes = count * itemsize;
+  }
+  if (PyErr_Occurred()) return false;
+  Py_INCREF(descr);
+  step->descr = descr;
+  return true;
+}
+
 // add(length, runs, steps): the layout of records of ``length`` payload bytes. runs:
 // [(frame offset, bytes)] of the structure bytes every record repeats; steps: one
 // (kind, frame offset, detail) per value: a tensor's rows array, a scalar's code
@@ -397,25 +433,13 @@ PyObject* add(PyObject* self, PyObject* args) {
     PyObject* detail;
     if (!PyArg_ParseTuple(PyList_GET_ITEM(steps, k), "iLO:step", &kind, &at, &detail))
       return nullptr;
-    Step step{kind, at, 0, 0, nullptr, kFlat, nullptr, nullptr, nullptr};
+    Step step{kind, at, 0, 0, nullptr, kFlat, nullptr, {}, {}, 0};
     bool ok = true;
     switch (kind) {
       case kTensor:
         if (PyTuple_Check(detail)) {  // a frame's: (make, dtype, count or bytes, shape, strides)
-          long long size = -1;
-          ok = PyArg_ParseTuple(detail, "iOLO!O:tensor", &step.make, &step.dtype, &size,
-                                &PyTuple_Type, &step.shape, &step.strides) &&
-               step.make >= kFlat && step.make <= kStrided && size >= 0 &&
-               (step.make != kStrided || PyTuple_Check(step.strides));
-          step.size = size;
-          if (ok && step.make == kStrided) ok = inside(at, size);
-          if (ok) {
-            Py_INCREF(step.dtype);
-            Py_INCREF(step.shape);
-            Py_INCREF(step.strides);
-          } else {
-            step.dtype = step.shape = step.strides = nullptr;
-          }
+          ok = frame_spec(detail, &step) && inside(at, step.nbytes);
+          if (!ok) Py_CLEAR(step.descr);
         } else {  // a mapping's: its rows
           ok = inside(at, 0);
           step.rows = detail;
@@ -604,15 +628,7 @@ PyType_Spec mapped_spec = {"evalue_store._native.Mapped", sizeof(Mapped), 0,
 }  // namespace
 
 int add_mapped_type(PyObject* module) {
-  if (g_frombuffer == nullptr) {
-    PyObject* numpy = PyImport_ImportModule("numpy");
-    if (numpy == nullptr) return -1;
-    g_frombuffer = PyObject_GetAttrString(numpy, "frombuffer");
-    g_ndarray = PyObject_GetAttrString(numpy, "ndarray");
-    g_uint8 = PyObject_GetAttrString(numpy, "uint8");
-    Py_DECREF(numpy);
-    if (g_frombuffer == nullptr || g_ndarray == nullptr || g_uint8 == nullptr) return -1;
-  }
+  if (PyArray_API == nullptr && _import_array() < 0) return -1;  // numpy's C API
   PyObject* type = PyType_FromSpec(&mapped_spec);
   if (type == nullptr) return -1;
   if (PyModule_AddObject(module, "Mapped", type) != 0) {
