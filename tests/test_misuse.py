@@ -443,3 +443,27 @@ def test_a_commit_that_fails_before_its_footer_leaves_no_stray_bytes(
     with evs.open(path) as ds:
         assert len(ds) == expected and ds.verify().ok
         assert [r[1] for r in ds] == list(range(expected))
+
+
+@pytest.mark.parametrize("compression", [None, "zstd"])
+@pytest.mark.parametrize("backend", ["mmap", "pread"])
+def test_datasets_dropped_without_close_leave_no_descriptor(tmp_path, compression, backend):
+    """``evs.open(p)[i]`` in a loop, or a dataset opened per epoch and never closed: each
+    one's descriptor goes when it is collected (a compressed file's stayed open for good,
+    and a loop of them ran out of descriptors). A view it handed out stays readable (and
+    keeps its mapping, with its descriptor, until it goes too)."""
+    path = tmp_path / "f.evs"
+    with evs.Writer(path, compression=compression, durable=False) as w:
+        w.extend([[np.arange(64) + i, f"x{i}"] for i in range(50)])
+    gc.collect()
+    before = len(os.listdir("/proc/self/fd"))
+    copies = [[np.array(v) for v in evs.open(path, backend=backend)[k % 50]] for k in range(200)]
+    gc.collect()
+    assert len(os.listdir("/proc/self/fd")) == before
+    assert [int(tensor[0]) for tensor, _ in copies] == [k % 50 for k in range(200)]
+    view, name = evs.open(path, backend=backend)[7]
+    gc.collect()
+    assert view[0] == 7 and view.sum() == np.arange(64).sum() + 64 * 7 and name == "x7"
+    del view
+    gc.collect()
+    assert len(os.listdir("/proc/self/fd")) == before

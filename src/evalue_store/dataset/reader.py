@@ -8,6 +8,7 @@ reads themselves (index, records, batches, the scan) are ``records.Records``.
 from __future__ import annotations
 
 import os
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -93,6 +94,10 @@ class Dataset(Records):
     def _install(self, source: Any, header: Header, commit: Commit, tail: int) -> None:
         self._close_source()
         self._source = source
+        # A dataset dropped without close() closes its source when it is collected: a
+        # compressed file's source holds a descriptor (a loop opening one per epoch and
+        # dropping it ran out of them).
+        self._closer = weakref.finalize(self, source.close)
         self.header = header
         self.commit = commit
         self._checksum = header.checksum  # bound once: the per-record and batch paths call it
@@ -173,9 +178,8 @@ class Dataset(Records):
         self._located = None
         self._fast = self._fast_frames = None  # before the source: their layouts hold
         # arrays viewing the mapping
-        self._fast = None
         if self._source is not None:
-            self._source.close()
+            self._closer()  # source.close(), once
             self._source = None
 
     def refresh(self) -> bool:
