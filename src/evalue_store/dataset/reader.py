@@ -147,12 +147,15 @@ class Dataset(Records):
         frame (its ``ds[i]``). None for the sources they do not read."""
         self._fast = self._fast_frames = None
         source = self._source
+        checksum = NAMES.get(self._checksum) if self._crc_on_read else None
+        if self._crc_on_read and checksum is None:
+            return  # not a function _native computes (a test's wrapper): Python calls it
         checks = (
             self.header.alignment,
             self.header.data_start,
             self.commit.end - FRAME_SIZE,
             self._max_record_bytes,
-            NAMES[self._checksum] if self._crc_on_read else None,
+            checksum,
         )
         if source.mapped is not None and getattr(source, "typed", None) is not None:
             starts, offsets = list(self._starts), [seg.offset for seg in self._segments]

@@ -254,7 +254,8 @@ class Records(Scans):
         if found is None:
             return self._record(i)
         buf, pos, offset, length, crc, _, _ = found
-        record = self._fast_frames.decode_frame(buf, pos, offset, length, crc)
+        frames = self._fast_frames
+        record = None if frames is None else frames.decode_frame(buf, pos, offset, length, crc)
         if record is not None:  # else the checks below say why, or the layout is learned
             return record
         limit = self.max_record_bytes
