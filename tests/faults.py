@@ -51,10 +51,13 @@ class _Counter:
         self.when = when
         self.exc = exc
         self.fired = ""  # the name of the call it fired at, once it has
+        self.seen: list[str] | None = None  # the names of the calls made, when kept
 
     def wrap(self, name: str, real: Callable) -> Callable:
         def call(*args: Any, **kwargs: Any) -> Any:
             self.calls += 1
+            if self.seen is not None:
+                self.seen.append(name)
             hit = not self.fired and self.calls == self.target
             if hit and self.when == "before":
                 self.fired = name
@@ -89,6 +92,15 @@ def interrupt_at(
     return _patched(_Counter(n, when, exc))
 
 
+@contextlib.contextmanager
+def recorded_calls(names: list[str]) -> Iterator[list[str]]:
+    """Appends to ``names`` the calls above made inside the block, in order
+    (``interrupt_at(n)`` around the same block fires at the n-th)."""
+    with _patched(_Counter(None, "after", KeyboardInterrupt)) as counter:
+        counter.seen = names
+        yield names
+
+
 def count_calls(operation: Callable[[], Any]) -> int:
     """How many of the calls above ``operation`` makes (run it on a scratch copy)."""
     with _patched(_Counter(None, "after", KeyboardInterrupt)) as counter:
@@ -106,12 +118,15 @@ class _LineCounter:
         self.target = target
         self.exc = exc
         self.fired = ""  # function:line it fired at, once it has
+        self.seen: list[str] | None = None  # each line's function name, when kept
 
     def __call__(self, frame: Any, event: str, arg: Any) -> Any:
         if not frame.f_code.co_filename.startswith(LIBRARY):
             return None  # no line events there; calls into the library are still seen
         if event == "line":
             self.lines += 1
+            if self.seen is not None:
+                self.seen.append(frame.f_code.co_name)
             if self.lines == self.target:
                 self.fired = f"{frame.f_code.co_name}:{frame.f_lineno}"
                 raise self.exc()
@@ -130,3 +145,14 @@ def interrupt_at_line(n: int | None, exc: type[BaseException] = KeyboardInterrup
     (1-based; None: never, to count them in ``lines``). ``fired`` names where ("" if it was
     not reached)."""
     return _LineCounter(n, exc)
+
+
+@contextlib.contextmanager
+def recorded_lines(names: list[str]) -> Iterator[list[str]]:
+    """Appends to ``names`` the function name of each library line run in this thread
+    inside the block (``interrupt_at_line(n)`` around the same block fires before the
+    n-th)."""
+    counter = _LineCounter(None, KeyboardInterrupt)
+    counter.seen = names
+    with counter:
+        yield names

@@ -13,6 +13,8 @@ import pytest
 import evalue_store as evs
 from evalue_store.physical import zstd_sink, zstd_train
 
+from . import faults
+from .faults import interrupt_at, interrupt_at_line
 from .test_core import assert_same
 from .test_frames import w1
 
@@ -177,3 +179,54 @@ def test_choose_dictionary_keeps_only_a_dictionary_that_pays():
     text = [(b"field=%d;name=example-%d;" % (i, i % 7)) * 40 for i in range(100)]
     assert zstd_train.choose_dictionary(text[:20], 1) is None  # too few frames
     assert zstd_train.choose_dictionary(text, 1) is not None
+
+
+def _interrupted_rebuild(path, recs, interrupt) -> evs.Writer:
+    """A new compressed file whose first commit of ``recs`` trains the dictionary and
+    rebuilds the file, cut by ``interrupt`` (a context manager); the writer, still open."""
+    writer = evs.Writer(path, compression="zstd")
+    writer.extend(recs)
+    with interrupt:
+        try:
+            writer.commit()
+        except KeyboardInterrupt:
+            pass
+    return writer
+
+
+def _check_after(path, writer, recs) -> None:
+    """While the cut writer lives, no second writer gets in; after it is aborted, the file
+    holds its first commit or all of ``recs`` (attacker's B01: it was cut into its layout
+    frame; B02: a second writer got the rebuilt file while the first lived)."""
+    with pytest.raises(evs.WriterLockedError):
+        evs.Writer(path, mode="a")
+    writer.abort()
+    with evs.open(path) as ds:
+        assert len(ds) in (0, len(recs)) and ds.verify().ok
+        if len(ds):
+            assert_same(ds[len(recs) - 1], recs[-1])
+    with evs.Writer(path, mode="a") as w:
+        w.append(recs[0])
+    assert temp_files(path.parent) == []
+
+
+def test_an_interrupt_after_the_rebuilds_rename_loses_neither_file_nor_lock(tmp_path):
+    """Ctrl-C before or after each system call from the rename of the rebuilt file on, and
+    before each library line from there until the rebuild returns."""
+    recs = w1(200)
+    calls: list[str] = []
+    lines: list[str] = []
+    _interrupted_rebuild(tmp_path / "c.evs.zst", recs, faults.recorded_calls(calls)).close()
+    _interrupted_rebuild(tmp_path / "l.evs.zst", recs, faults.recorded_lines(lines)).close()
+    rename = calls.index("replace")
+    assert rename > 10 and len(calls) - rename > 3
+    for n in range(rename + 1, len(calls) + 1):
+        for when in ("before", "after"):
+            path = tmp_path / f"{n}{when}.evs.zst"
+            _check_after(path, _interrupted_rebuild(path, recs, interrupt_at(n, when)), recs)
+    first = lines.index("replace_held")
+    last = lines.index("settle", first)  # where the rebuild has returned
+    assert last - first > 10
+    for n in range(first + 1, last + 2):
+        path = tmp_path / f"line{n}.evs.zst"
+        _check_after(path, _interrupted_rebuild(path, recs, interrupt_at_line(n)), recs)

@@ -80,7 +80,8 @@ def unlock(fd: int) -> None:
         fcntl.flock(fd, fcntl.LOCK_UN)
 
 
-def _same_file(fd: int, path: str) -> bool:
+def same_file(fd: int, path: str) -> bool:
+    """Whether ``path`` names the file open at ``fd`` now."""
     try:
         named = os.stat(path)
     except FileNotFoundError:
@@ -101,7 +102,7 @@ def open_locked(path: str, flags: int, mode: int = 0o644) -> int:
         fd = os.open(path, flags, mode)
         try:
             lock(fd, path)
-            if _same_file(fd, path):
+            if same_file(fd, path):
                 return fd
         except BaseException:
             os.close(fd)
@@ -203,7 +204,7 @@ def replace_held(source: str, path: str, fd: int, *, durable: bool = True) -> No
     (taken before the work began, so no writer committed to ``path`` since). If ``path`` no
     longer names that file, a process that ignores the locks replaced it: fall back to
     replace_locked, which refuses a live writer's file."""
-    if _same_file(fd, path):
+    if same_file(fd, path):
         os.replace(source, path)
         if durable:
             fsync_dir(path)

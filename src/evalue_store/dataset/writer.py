@@ -35,6 +35,7 @@ from ..files import (
     open_locked,
     replace_held,
     replace_locked,
+    same_file,
     unlock,
 )
 from ..metadata import encode_metadata
@@ -153,6 +154,7 @@ class Writer(WriterFields, Appending):
         self._pending = bytearray()
         self._zstd = dict(level=level, frame_size=frame_size)
         self._fd = -1
+        self._retired = -1  # the old file's descriptor while a rebuilt one takes its place
         self._failed = ""  # why the writer cannot go on, after a write it could not undo
         self._inflight: Commit | None = None  # a commit whose footer write has begun
         self._column_frames: tuple | None = None  # columns.append_columns' last layout, buffer
@@ -273,16 +275,32 @@ class Writer(WriterFields, Appending):
                 fd, dictionary, committed, commit.end - commit.footer_offset, lambda: sync(fd)
             )
             replace_held(temp, target, self._fd, durable=self.durable)
+            self._switch_to(new, fd)
         except BaseException:
-            os.close(fd)
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(temp)
+            if not same_file(fd, target):  # the old file stands: forget the new one
+                os.close(fd)
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(temp)
+                raise
+            # Renamed, then interrupted: the path names the new file, locked by fd. Going on
+            # in the old one would let an undo cut the new file, and closing fd would unlock
+            # it while this writer lives. So the switch is finished (each step of it can be
+            # made twice) before the interrupt goes on.
+            self._switch_to(new, fd)
             raise
-        sink.take(new)
-        old, self._fd = self._fd, fd
-        unlock(old)
-        os.close(old)
-        offset, block = sink.marker
+
+    def _switch_to(self, new: Any, fd: int) -> None:
+        """The writer goes on in the rebuilt file (``new``'s state, ``fd``, locked), whose
+        first commit is its last; the old file's descriptor is closed."""
+        self._sink.take(new)
+        if self._fd != fd:
+            self._retired = self._fd  # (kept first: an interrupt between loses nothing)
+            self._fd = fd
+        old, self._retired = self._retired, -1  # forgotten, then closed
+        if old >= 0:
+            unlock(old)
+            os.close(old)
+        offset, block = self._sink.marker
         self._committed_size = offset + len(block)
 
     @property
