@@ -255,14 +255,15 @@ class Appending:
         start = self._sink.pos
         try:
             commit, footer = self._commit_blocks()
-        except BaseException as exc:  # nothing is visible yet: the next try starts afresh
-            self._undo_record(start, exc)
-            raise
+            self._sink.marker = None  # (the last commit's must not stand in: see below)
+            self._inflight = replace(commit, end=commit.footer_offset + len(footer))
+        except BaseException as exc:
+            if self._inflight is None:  # nothing is visible yet: the next try starts afresh
+                self._undo_record(start, exc)  # (its blocks left in would be garbage
+            raise  # between the records: attacker's B05)
         # From here until _adopt returns, an exception (a signal's, a failed write's) may
         # leave the commit visible to readers or not: _settle_inflight finds out which, from
-        # the marker the sink sets before writing it (the last commit's must not stand in).
-        self._sink.marker = None
-        self._inflight = replace(commit, end=commit.footer_offset + len(footer))
+        # the marker the sink sets before writing it.
         self._sink.end_commit(footer, self._sync)
         self._adopt(self._inflight)
         self._sync()

@@ -344,6 +344,11 @@ class FrameCutter:
         self.frame_size = frame_size
         self.pending = bytearray()  # logical bytes of the frame being built
         self.split = frame_size
+        # True while a step that changes several of the fields above (and a sink's frame
+        # bookkeeping) is under way: an interrupt then leaves them out of step, and
+        # ``rewind`` refuses (the writer stops: reopen with mode "a") rather than let a
+        # later commit describe bytes that are not where it says (attacker's B07).
+        self._torn = False
 
     def _emit(self) -> None:
         raise NotImplementedError
@@ -353,8 +358,10 @@ class FrameCutter:
         limit = self.split
         while view:
             piece = view[: limit - len(self.pending)]
+            self._torn = True
             self.pending += piece
             self.pos += len(piece)  # as it goes: a failed _emit leaves pos matching pending
+            self._torn = False
             view = view[len(piece) :]
             if len(self.pending) >= limit:
                 self._emit()
@@ -407,8 +414,10 @@ class FrameCutter:
         """Frames of ``length`` logical bytes each, all of ``data``, when no frame is open:
         ``_emit`` of each (a sink may do them together)."""
         for at in range(0, len(data), length):
+            self._torn = True
             self.pending += data[at : at + length]
             self.pos += length
+            self._torn = False
             self._emit()
 
     def flush(self) -> None:
@@ -419,8 +428,10 @@ class FrameCutter:
         """As PlainSink.rewind, when ``pos`` is in the open frame; False when bytes after it
         were already compressed into written frames (the writer then cannot go on)."""
         pending_from = self.pos - len(self.pending)
-        if pos < pending_from:
+        if self._torn or pos < pending_from:
             return False
+        self._torn = True
         del self.pending[pos - pending_from :]
         self.pos = pos
+        self._torn = False
         return True

@@ -150,14 +150,17 @@ class ZstdSink(FrameCutter):
 
     def _emit(self) -> None:
         if self.held is not None:
+            self._torn = True
             self.held.append(bytes(self.pending))
             self._held_bytes += len(self.pending)
             self.pending = bytearray()
+            self._torn = False
             if self._held_bytes >= TRAIN_BYTES:
                 self.settle()
             return
         self._write_frame(self.pending, self.pos - len(self.pending))
         self.pending = bytearray()
+        self._torn = False
 
     def _emit_frames(self, data: memoryview, length: int) -> None:
         """As FrameCutter's, written with one system call and their bookkeeping in bulk
@@ -168,6 +171,7 @@ class ZstdSink(FrameCutter):
         compress = self.cctx.compress
         frames = [compress(data[at : at + length]) for at in range(0, len(data), length)]
         pwrite_all(self.fd, memoryview(b"".join(frames)), self.physical)
+        self._torn = True
         sizes = [len(frame) for frame in frames]
         self._fstart.extend(itertools.accumulate(sizes[:-1], initial=self.physical))
         self._flog.extend(range(self.pos, self.pos + len(data), length))
@@ -176,11 +180,13 @@ class ZstdSink(FrameCutter):
         self.state.largest = max(self.state.largest, length)
         self.physical += sum(sizes)
         self.pos += len(data)
+        self._torn = False
 
     def _write_frame(self, data: Any, logical: int) -> None:
         """Compress ``data``, the logical bytes from ``logical`` on, into the next frame."""
         frame = self.cctx.compress(data)
         pwrite_all(self.fd, memoryview(frame), self.physical)
+        self._torn = True  # (the caller lets go of ``data``, then clears it)
         if not self.state.first.span:
             self.state.first = Extent(self.physical, 0, len(frame))
             self.state.first_logical_size = len(data)
@@ -213,12 +219,19 @@ class ZstdSink(FrameCutter):
         file rebuilt with it (``rebuilt``, ``take``); without, the held frames are written
         as they are. Either way nothing held is dropped before it is in a frame of the file the
         writer keeps: if this raises, the frames not yet written are still held."""
-        dictionary = choose_dictionary(self.held, self.level)
-        if dictionary is not None:
-            self._use_dictionary(dictionary)  # the rebuilt file holds them all
+        use = self._use_dictionary
+        if use is not None:  # not decided yet
+            dictionary = choose_dictionary(self.held, self.level)
+            if dictionary is not None:
+                use(dictionary)  # the rebuilt file holds them all
+            # Decided: an interrupt while the held frames are written out below must not
+            # let a later settle choose again, and rebuild without the frames written
+            # (attacker's B04). A failed rebuild (it raises) is tried again.
+            self._use_dictionary = None
         while self.held:
             self._write_frame(self.held[0], self._held_from)
             self._held_from += len(self.held.pop(0))
+            self._torn = False
         self.held = None
 
     def rebuilt(
@@ -243,7 +256,11 @@ class ZstdSink(FrameCutter):
         return new
 
     def rewind(self, pos: int) -> bool:
-        """As FrameCutter.rewind; frames held back (not in the file) can be taken back too."""
+        """As FrameCutter.rewind; frames held back (not in the file) can be taken back too.
+        (``_torn`` covers a frame's bookkeeping here too: from its first step until the
+        bytes it took are let go of.)"""
+        if self._torn:
+            return False
         while self.held and pos < self.pos - len(self.pending):
             frame = self.held.pop()
             self._held_bytes -= len(frame)
