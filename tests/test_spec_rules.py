@@ -371,7 +371,8 @@ def test_a_zero_dimension_does_not_lift_the_size_rule(tmp_path):
     path = tmp_path / "z.evs"
     path.write_bytes(container([fine, *over]))
     with evs.open(path) as ds:
-        assert ds[0][0].size == 0
+        for _ in range(4):  # (read again once its layout is learned: its rows overflow)
+            assert ds[0][0].shape == (0, 2**63 - 1)
         for i in (1, 2, 3):
             with pytest.raises(evs.FormatError, match="overflow 64-bit sizes"):
                 ds[i]

@@ -95,8 +95,9 @@ class Layout:
                         rows = typed[index]
                     except KeyError:
                         rows = typed[index] = _rows(buf, detail, self.alignment, at)
-                    values.append(rows[(frame + at) // self.alignment])
-                    continue
+                    if rows is not None:
+                        values.append(rows[(frame + at) // self.alignment])
+                        continue
                 dtype, shape, strides, nbytes, numel = detail
                 if numel is None:  # a dim order
                     data = g.region(buf, frame + at, nbytes)
@@ -146,10 +147,11 @@ class Layout:
             elif kind == S_TENSOR:
                 if not index:
                     return None
-                rows = typed.get(index)
-                if rows is None:
-                    rows = typed[index] = _rows(buf, detail, self.alignment, at)
-                steps.append((kind, at, rows))
+                if index not in typed:
+                    typed[index] = _rows(buf, detail, self.alignment, at)
+                if typed[index] is None:
+                    return None
+                steps.append((kind, at, typed[index]))
             elif kind == S_SCALAR:
                 steps.append((kind, at, detail.char))
             elif kind in (S_TEXT, S_BYTES):
@@ -223,15 +225,20 @@ def _step(slot: tuple, alignment: int) -> tuple:
     return kind, key, at, detail
 
 
-def _rows(buf: Any, detail: tuple, alignment: int, at: int) -> np.ndarray:
+def _rows(buf: Any, detail: tuple, alignment: int, at: int) -> np.ndarray | None:
     """All of ``buf`` as tensors of ``detail``'s spec, one starting at each multiple of
     ``alignment`` plus ``at % alignment``: row k is the tensor whose data starts at byte
-    k * alignment + at % alignment. Rows overlap; numpy checks that the last fits."""
+    k * alignment + at % alignment. Rows overlap; numpy checks that the last fits. None
+    when numpy cannot make such an array (an empty tensor with a dimension near 2**63:
+    its rows' sizes overflow), whose tensors are then made one by one."""
     dtype, shape, strides, nbytes, _ = detail
     first = at % alignment
     count = (len(buf) - first - nbytes) // alignment + 1
     data = g.region(buf, first, len(buf) - first)  # (holds the mapping open: see region)
-    return np.ndarray((count, *shape), dtype, data, 0, (alignment, *strides))
+    try:
+        return np.ndarray((count, *shape), dtype, data, 0, (alignment, *strides))
+    except ValueError:
+        return None
 
 
 def _utf8_or_none(data: bytes) -> str | None:
