@@ -15,6 +15,7 @@ setup(
             sources=[
                 "src/evalue_store/_native.cc",
                 "src/evalue_store/_native_mapped.cc",
+                "src/evalue_store/_native_batch.cc",
                 "src/evalue_store/_native_zstd.cc",
                 "cpp/src/crc.cc",
             ],

@@ -259,6 +259,7 @@ int exec_module(PyObject* module) {
     Py_DECREF(numpy);
     if (g_uint32 == nullptr) return -1;
   }
+  if (add_batch_type(module) < 0) return -1;  // BatchPlan: _native_batch.cc
   return add_mapped_type(module);
 }
 

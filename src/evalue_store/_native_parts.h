@@ -8,6 +8,9 @@
 // _native_mapped.cc: the type Mapped (ds[i] of a plain mapped file in one call).
 int add_mapped_type(PyObject* module);
 
+// _native_batch.cc: the type BatchPlan (get_batch's records of one layout, one pass each).
+int add_batch_type(PyObject* module);
+
 namespace evalue_store_native {
 
 // _native_zstd.cc: the ZstdGet and ZstdFrame types (ds[i] of a compressed file's frame).

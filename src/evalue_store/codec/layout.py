@@ -71,7 +71,7 @@ class Layout:
         self.check_at = np.array(check_at, np.intp)
         self.check_bytes = frame[self.check_at]
         self.frame = frame
-        self.plan: Any = None  # batch_decode.Plan, made by the first batch of this layout
+        self.plan: Any = None  # its _native.BatchPlan, made by the first batch of this layout
         self.alignment = alignment  # of the file: frames and tensor data start at multiples
 
     def decode(self, buf: Any, frame: int, crc: int, typed: dict | None = None) -> list | None:
@@ -122,6 +122,13 @@ class Layout:
                 values.append(None)
         return values
 
+    def runs(self) -> list[tuple[int, bytes]]:
+        """The structure bytes as (frame offset, bytes) runs, for the compiled readers."""
+        where = self.check_at.tolist()
+        cuts = [0, *(k for k in range(1, len(where)) if where[k] != where[k - 1] + 1), len(where)]
+        expected = self.check_bytes.tobytes()
+        return [(where[a], expected[a:b]) for a, b in zip(cuts[:-1], cuts[1:]) if a < b]
+
     def native(self, buf: Any, typed: dict | None) -> tuple[list, list] | None:
         """(runs, steps) describing this layout to ``_native.Mapped.add``: the structure
         bytes as (frame offset, bytes) runs, and per value (kind, frame offset, detail: a
@@ -132,10 +139,7 @@ class Layout:
         those records. With ``typed`` None (decompressed frames), a tensor is made as
         ``decode`` makes it: (how: 0 flat, 1 reshaped, 2 strided; dtype; count, or bytes
         if strided; shape; strides or None)."""
-        where = self.check_at.tolist()
-        cuts = [0, *(k for k in range(1, len(where)) if where[k] != where[k - 1] + 1), len(where)]
-        expected = self.check_bytes.tobytes()
-        runs = [(where[a], expected[a:b]) for a, b in zip(cuts[:-1], cuts[1:]) if a < b]
+        runs = self.runs()
         steps: list[tuple] = []
         for kind, index, at, detail in self.steps:
             if kind == S_TENSOR and typed is None:

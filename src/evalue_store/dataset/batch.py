@@ -8,11 +8,11 @@ list by position):
 * an Int / Double / Bool field: a 1-D int64 / float64 / bool array [B];
 * anything else (strings, None, lists, tensors whose shapes differ): a list of B values.
 
-Records of a plain, memory-mapped file that share one layout (codec.layout) are checked and
-copied column by column (codec.batch); any other batch is read record by record, exactly as
-``ds[i]`` reads, and then stacked. Either way every record is checked as ``ds[i]`` checks it
-(its checksum too with ``verify=True``), and an error names the record (FormatError) or the
-field (ValueError for an ``out`` that does not fit).
+Records that share one layout (codec.layout) are checked and copied into their columns in
+one compiled pass per record (codec.batch_decode); any other batch is read record by record,
+exactly as ``ds[i]`` reads, and then stacked. Either way every record is checked as
+``ds[i]`` checks it (its checksum too with ``verify=True``), and an error names the record
+(FormatError) or the field (ValueError for an ``out`` that does not fit).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from ..checksums import NAMES
 from ..codec import compile_layout
 from ..codec.batch_decode import decode_batch
 from ..container import ENTRY_DTYPE, ENTRY_SIZE, FRAME_SIZE
@@ -270,7 +271,7 @@ def _by_layout(ds: Any, positions: np.ndarray, alloc: Allocator) -> list | None:
             buf, frames = source.gather(offsets, lengths + FRAME_SIZE)
         except FormatError:
             return None
-    checksum = ds._checksum if ds._crc_on_read else None
+    checksum = NAMES[ds._checksum] if ds._crc_on_read else None
     parts = []
     for rows, layout in zip(groups, layouts):
         mine = alloc if one else Allocator(len(rows), {}, None)
