@@ -133,6 +133,29 @@ def test_torch_and_numpy_out_buffers_on_the_compiled_pass(tmp_path, monkeypatch)
         assert np.array_equal(flags, want["flag"]) and got["id"] == want["id"]
 
 
+def test_a_checksum_function_native_does_not_compute_is_called(tmp_path, monkeypatch):
+    """A file whose checksum function is wrapped (as tests count bytes): the batch is
+    still verified, by that function, record by record."""
+    from evalue_store import container
+
+    path = tmp_path / "wrapped.evs"
+    write(path, [every_kind(i) for i in range(12)])
+    with evs.open(path) as ds:
+        want = expected(ds, INDICES)
+    seen = []
+    original = container.crc32c
+
+    def counted(data, start=0):
+        seen.append(len(memoryview(data).cast("B")))
+        return original(data, start)
+
+    monkeypatch.setattr(container, "crc32c", counted)
+    with evs.open(path) as ds:
+        seen.clear()
+        assert_batch(ds.get_batch(INDICES), want)
+        assert len(seen) >= len(INDICES)
+
+
 # ----------------------------------------------------------------------------- direct
 
 
