@@ -156,3 +156,13 @@ def recorded_lines(names: list[str]) -> Iterator[list[str]]:
     counter.seen = names
     with counter:
         yield names
+
+
+def cut_short(operation: Callable[[], Any], interrupt: Any) -> None:
+    """Run ``operation`` inside ``interrupt`` (one of the context managers above) and
+    catch the KeyboardInterrupt it raises, as a training loop that survives Ctrl-C does."""
+    with interrupt:
+        try:
+            operation()
+        except KeyboardInterrupt:
+            pass

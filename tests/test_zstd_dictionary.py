@@ -186,11 +186,7 @@ def _interrupted_rebuild(path, recs, interrupt) -> evs.Writer:
     rebuilds the file, cut by ``interrupt`` (a context manager); the writer, still open."""
     writer = evs.Writer(path, compression="zstd")
     writer.extend(recs)
-    with interrupt:
-        try:
-            writer.commit()
-        except KeyboardInterrupt:
-            pass
+    faults.cut_short(writer.commit, interrupt)
     return writer
 
 

@@ -96,11 +96,7 @@ def test_an_interrupted_commit_of_a_compressed_file_then_a_commit_keeps_every_re
         shutil.copy(base, path)
         writer = evs.Writer(path, mode="a", durable=False)
         writer.extend([rec(i) for i in range(30, 50)])
-        with interrupt:
-            try:
-                writer.commit()
-            except KeyboardInterrupt:
-                pass
+        faults.cut_short(writer.commit, interrupt)
         return writer
 
     lines: list[str] = []

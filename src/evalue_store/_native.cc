@@ -17,28 +17,13 @@
 #include "evalue_store/reader.h"
 
 namespace evs = evalue_store;
+using evalue_store_native::Buffer;  // (_native_parts.h)
+using evalue_store_native::kReleaseGil;
 
 namespace {
 
 PyObject* g_numpy_empty = nullptr;  // numpy.empty, for the result
 PyObject* g_uint32 = nullptr;       // numpy.dtype("uint32")
-
-// Ranges whose bytes add up to less than this are computed with the GIL held: releasing and
-// taking it back costs more than the work, and under contention can wait a switch interval.
-constexpr int64_t kReleaseGil = 32 << 10;
-
-// Holds a buffer export for the lifetime of a call.
-struct View {
-  Py_buffer b{};
-  bool held = false;
-  ~View() {
-    if (held) PyBuffer_Release(&b);
-  }
-  bool get(PyObject* obj, int flags) {
-    held = PyObject_GetBuffer(obj, &b, flags) == 0;
-    return held;
-  }
-};
 
 // An int64 element format: numpy exports int64 as 'l' (LP64) or 'q', array('q') as 'q'.
 bool is_int64(const Py_buffer& b) {
@@ -70,7 +55,7 @@ void buffer_error(PyObject* obj, const char* name, const char* what) {
 // The int64 values of ``obj`` (a 1-D or 0-D int64 buffer) copied into ``out``; false with a
 // Python error set if it is not one.
 bool int64_values(PyObject* obj, const char* name, std::vector<int64_t>* out, int* ndim) {
-  View v;
+  Buffer v;
   if (!v.get(obj, PyBUF_FORMAT | PyBUF_ND)) {
     buffer_error(obj, name, "an int64 array");
     return false;
@@ -134,7 +119,7 @@ PyObject* checksums(PyObject*, PyObject* args, PyObject* kwargs) {
     }
   }
 
-  View data;
+  Buffer data;
   if (!data.get(buffer, PyBUF_SIMPLE)) {
     buffer_error(buffer, "buffer", "a bytes-like object");
     return nullptr;
@@ -158,7 +143,7 @@ PyObject* checksums(PyObject*, PyObject* args, PyObject* kwargs) {
   PyObject* result = PyObject_CallFunctionObjArgs(g_numpy_empty, count, g_uint32, nullptr);
   Py_DECREF(count);
   if (result == nullptr) return nullptr;
-  View out;
+  Buffer out;
   if (!out.get(result, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS)) {
     Py_DECREF(result);
     return nullptr;
@@ -194,7 +179,7 @@ PyObject* one(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     value = static_cast<uint32_t>(PyLong_AsUnsignedLongMask(args[1]));
     if (PyErr_Occurred()) return nullptr;
   }
-  View data;
+  Buffer data;
   if (!data.get(args[0], PyBUF_SIMPLE)) {
     buffer_error(args[0], "data", "a bytes-like object");
     return nullptr;

@@ -32,41 +32,14 @@
 #include "evalue_store/reader.h"
 
 namespace evs = evalue_store;
+using namespace evalue_store_native;  // (_native_parts.h)
 
 namespace {
 
-// Container structs (docs/FORMAT.md): a frame header is magic (4), crc32 (4), length (8).
-constexpr int64_t kFrameSize = 16;
-constexpr int64_t kFrameCrcAt = 4;
-constexpr int64_t kReleaseGil = 32 << 10;  // as _native.cc: less work keeps the GIL
 constexpr int64_t kPrefetchBytes = 4 << 10;  // of the next frame, asked for ahead of its turn
 
-// Value kinds of a layout's slots, as codec/kinds.py numbers them.
-enum Kind : int { kNone = 0, kTensor = 1, kText = 2, kBytes = 3, kScalar = 4, kBool = 5 };
 
-uint32_t load_u32(const uint8_t* p) {
-  uint32_t v;
-  std::memcpy(&v, p, 4);
-#if PY_BIG_ENDIAN
-  v = __builtin_bswap32(v);
-#endif
-  return v;
-}
 
-struct Buffer {
-  Py_buffer b{};
-  bool held = false;
-  Buffer() = default;
-  Buffer(const Buffer&) = delete;
-  Buffer& operator=(const Buffer&) = delete;
-  ~Buffer() {
-    if (held) PyBuffer_Release(&b);
-  }
-  bool get(PyObject* obj, int flags) {
-    held = PyObject_GetBuffer(obj, &b, flags) == 0;
-    return held;
-  }
-};
 
 struct Step {
   int kind;

@@ -30,36 +30,13 @@
 #include "evalue_store/reader.h"
 
 namespace evs = evalue_store;
+using namespace evalue_store_native;  // (_native_parts.h)
 
 namespace {
 
-// Container structs (docs/FORMAT.md): a frame header is magic (4), crc32 (4), length (8);
-// an index entry is offset (8), length (8), crc (4), reserved (4).
-constexpr int64_t kFrameSize = 16;
-constexpr int64_t kFrameCrcAt = 4;
-constexpr int64_t kEntrySize = 24;
-constexpr int64_t kReleaseGil = 32 << 10;  // as _native.cc: smaller checksums keep the GIL
 
-// Value kinds of a layout's slots, as codec/kinds.py numbers them.
-enum Kind : int { kNone = 0, kTensor = 1, kText = 2, kBytes = 3, kScalar = 4, kBool = 5 };
 
-uint64_t load_u64(const uint8_t* p) {
-  uint64_t v;
-  std::memcpy(&v, p, 8);
-#if PY_BIG_ENDIAN
-  v = __builtin_bswap64(v);
-#endif
-  return v;
-}
 
-uint32_t load_u32(const uint8_t* p) {
-  uint32_t v;
-  std::memcpy(&v, p, 4);
-#if PY_BIG_ENDIAN
-  v = __builtin_bswap32(v);
-#endif
-  return v;
-}
 
 // How a tensor is made from a buffer other than the mapping (as codec/layout.py does): a
 // 1-D np.frombuffer, the same reshaped, or an np.ndarray with strides over its bytes.
@@ -119,13 +96,6 @@ void clear_layouts(State* s) {
   s->layouts.clear();
 }
 
-struct Buffer {
-  Py_buffer b{};
-  bool held = false;
-  ~Buffer() {
-    if (held) PyBuffer_Release(&b);
-  }
-};
 
 // A tensor of ``step`` whose data starts at byte ``at`` of ``buf`` (a decompressed frame,
 // checked to hold the whole frame), as np.frombuffer and codec/layout.py make it: its base a

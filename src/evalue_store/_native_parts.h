@@ -1,9 +1,14 @@
 // The parts of evalue_store._native defined outside _native.cc, which adds them to the
-// module when it is imported. Each returns -1 with a Python error set on failure.
+// module when it is imported (each add_ returns -1 with a Python error set on failure),
+// and what they share: the container's structs as the compiled readers see them, the
+// value kinds of a layout, and a held buffer export.
 #pragma once
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+
+#include <cstdint>
+#include <cstring>
 
 // _native_mapped.cc: the type Mapped (ds[i] of a plain mapped file in one call).
 int add_mapped_type(PyObject* module);
@@ -15,5 +20,52 @@ namespace evalue_store_native {
 
 // _native_zstd.cc: the ZstdGet and ZstdFrame types (ds[i] of a compressed file's frame).
 int add_zstd(PyObject* module);
+
+// A record's frame header (docs/FORMAT.md): magic (4), crc32 (4), payload length (8); an
+// index entry: offset (8), length (8), crc (4), reserved (4). Little-endian.
+constexpr int64_t kFrameSize = 16;
+constexpr int64_t kFrameCrcAt = 4;
+constexpr int64_t kEntrySize = 24;
+
+// Work on fewer bytes than this keeps the GIL: releasing and taking it back costs more,
+// and under contention can wait a switch interval.
+constexpr int64_t kReleaseGil = 32 << 10;
+
+// Value kinds of a layout's slots, as codec/kinds.py numbers them.
+enum Kind : int { kNone = 0, kTensor = 1, kText = 2, kBytes = 3, kScalar = 4, kBool = 5 };
+
+inline uint64_t load_u64(const uint8_t* p) {
+  uint64_t v;
+  std::memcpy(&v, p, 8);
+#if PY_BIG_ENDIAN
+  v = __builtin_bswap64(v);
+#endif
+  return v;
+}
+
+inline uint32_t load_u32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+#if PY_BIG_ENDIAN
+  v = __builtin_bswap32(v);
+#endif
+  return v;
+}
+
+// A buffer export held for the lifetime of a call.
+struct Buffer {
+  Py_buffer b{};
+  bool held = false;
+  Buffer() = default;
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  ~Buffer() {
+    if (held) PyBuffer_Release(&b);
+  }
+  bool get(PyObject* obj, int flags) {
+    held = PyObject_GetBuffer(obj, &b, flags) == 0;
+    return held;
+  }
+};
 
 }  // namespace evalue_store_native

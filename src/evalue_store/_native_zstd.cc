@@ -44,8 +44,6 @@ constexpr int64_t kGroup = 16;  // locators per checksummed group
 constexpr int64_t kLocatorSize = 24;  // logical u64, physical u64, span u32, position u32
 constexpr int64_t kGroupBytes = kGroup * kLocatorSize + 4;
 constexpr int64_t kSkippableHeader = 8;
-constexpr int64_t kRecordFrameSize = 16;  // the container's frame: "EVR1", crc u32, length u64
-constexpr int64_t kReleaseGil = 32 << 10;
 constexpr int64_t kRunLimit = int64_t{1} << 48;  // run fields beyond this: not served here
 constexpr size_t kPoolMax = 8;
 
@@ -556,7 +554,7 @@ PyObject* record_frame(PyObject* self, PyObject* arg) {
   }
   const auto* b = static_cast<const uint8_t*>(v.buf);
   const int64_t n = v.len;
-  bool fits = position <= n && n - position >= kRecordFrameSize;
+  bool fits = position <= n && n - position >= kFrameSize;
   uint32_t crc = 0;
   uint64_t length = 0;
   if (fits) {
@@ -564,7 +562,7 @@ PyObject* record_frame(PyObject* self, PyObject* arg) {
     crc = static_cast<uint32_t>(le(head + 4, 4));
     length = le(head + 8, 8);
     fits = std::memcmp(head, "EVR1", 4) == 0 &&
-           length <= static_cast<uint64_t>(n - position - kRecordFrameSize);
+           length <= static_cast<uint64_t>(n - position - kFrameSize);
   }
   PyBuffer_Release(&v);
   if (!fits) {
