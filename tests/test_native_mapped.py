@@ -3,8 +3,8 @@
 Its promise: for every record it gives exactly what the Python reader gives, and for any
 record it cannot vouch for (a failed check, an unknown structure) it gives nothing, so
 that the Python reader says what is wrong. The oracle is the same dataset with the compiled
-reader switched off (``ds._fast = None``), on good files and on files damaged byte by byte,
-with and without their checksums fixed up afterwards.
+reader switched off (``ds._fast = ds._fast_get = None``), on good files and on files
+damaged byte by byte, with and without their checksums fixed up afterwards.
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def compiled_and_python(path, **options) -> tuple[list, list, int]:
         fast = ds._fast
         served = sum(fast.get(i) is not None for i in range(len(ds)))
         got = [outcome(ds, i) for i in range(len(ds))]
-        ds._fast = None
+        ds._fast = ds._fast_get = None
         want = [outcome(ds, i) for i in range(len(ds))]
     return got, want, served
 
@@ -259,7 +259,7 @@ def test_compressed_records_decode_as_the_python_reader_decodes_them(tmp_path, v
         served = [ds._fast_frames.decode_frame(*f[:5]) for f in found]
         assert all(record is not None for record in served)
         got = [ds[i] for i in range(len(ds))]
-        ds._fast_frames = NoFrames()
+        ds._fast_frames, ds._fast_get = NoFrames(), None
         want = [ds[i] for i in range(len(ds))]
     for g, w, s in zip(got, want, served):
         assert_identical(g, w)
@@ -311,7 +311,7 @@ def test_frame_tensors_of_every_shape_match_the_python_reader(tmp_path, dtype):
         ds[0], ds[1]
         got = [ds[i] for i in range(2, 6)]
         assert all(ds._fast_frames.decode_frame(*ds._located(i)[:5]) for i in range(6))
-        ds._fast_frames = NoFrames()
+        ds._fast_frames, ds._fast_get = NoFrames(), None
         want = [ds[i] for i in range(2, 6)]
     for g, w in zip(got, want):
         assert_identical(g, w)

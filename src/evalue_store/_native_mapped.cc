@@ -98,12 +98,18 @@ void clear_layouts(State* s) {
 
 
 // A tensor of ``step`` whose data starts at byte ``at`` of ``buf`` (a decompressed frame,
-// checked to hold the whole frame), as np.frombuffer and codec/layout.py make it: its base a
-// memoryview of ``buf`` (which holds ``buf``'s export), read-only if ``buf`` is.
+// checked to hold the whole frame), as np.frombuffer and codec/layout.py make it: its base
+// ``buf`` itself when it is a ZstdFrame (whose bytes live as long as it does), else a
+// memoryview of it (which holds its export); read-only if ``buf`` is.
 PyObject* frame_tensor(const Step& step, PyObject* buf, int64_t at) {
-  PyObject* base = PyMemoryView_FromObject(buf);
+  PyObject* base = is_zstd_frame(buf) ? Py_NewRef(buf) : PyMemoryView_FromObject(buf);
   if (base == nullptr) return nullptr;
-  const Py_buffer* view = PyMemoryView_GET_BUFFER(base);
+  Buffer held;  // (a ZstdFrame's export only gives its address: the base keeps it)
+  if (!held.get(base, PyBUF_SIMPLE)) {
+    Py_DECREF(base);
+    return nullptr;
+  }
+  const Py_buffer* view = &held.b;
   if (at < 0 || step.nbytes > view->len || at > view->len - step.nbytes) {
     Py_DECREF(base);
     return nullptr;  // (the caller checked the frame: cannot happen)
@@ -217,6 +223,23 @@ PyObject* decode(State* s, const uint8_t* data, int64_t size, int64_t pos, PyObj
   return values;
 }
 
+// Record i of a compressed file, found by the ZstdGet ``s->view``, or None.
+PyObject* get_located(State* s, long long i) {
+  Located found;
+  const int got = locate(s->view, i, &found);
+  if (got <= 0) return got < 0 ? nullptr : Py_NewRef(Py_None);
+  PyObject* record = nullptr;
+  {
+    Buffer buf;
+    if (buf.get(found.buf, PyBUF_SIMPLE))
+      record = decode(s, static_cast<const uint8_t*>(buf.b.buf), buf.b.len, found.position,
+                      found.buf, found.logical, found.length, found.crc, 0);
+  }
+  Py_DECREF(found.buf);
+  if (record == nullptr && !PyErr_Occurred()) Py_RETURN_NONE;
+  return record;
+}
+
 // get(i): record i (an int; negative counts from the end) or None.
 PyObject* get(PyObject* self, PyObject* index) {
   State* s = reinterpret_cast<Mapped*>(self)->state;
@@ -225,6 +248,7 @@ PyObject* get(PyObject* self, PyObject* index) {
   if (i == -1 && PyErr_Occurred()) return nullptr;
   if (overflow != 0 || i < -s->count || i >= s->count) Py_RETURN_NONE;
   if (i < 0) i += s->count;
+  if (is_zstd_get(s->view)) return get_located(s, i);
   size_t seg = 0;
   if (s->starts.size() > 1) {  // the last segment starting at or before i
     size_t lo = 0, hi = s->starts.size();
@@ -263,6 +287,8 @@ PyObject* decode_entries(PyObject* self, PyObject* entries) {
   if (index.b.len % kEntrySize != 0)
     return PyErr_Format(PyExc_ValueError, "entries hold %zd bytes, not a multiple of %lld",
                         index.b.len, static_cast<long long>(kEntrySize));
+  if (is_zstd_get(s->view))
+    return PyErr_Format(PyExc_TypeError, "decode_entries reads a mapping, not frames");
   Buffer buf;
   if (PyObject_GetBuffer(s->view, &buf.b, PyBUF_SIMPLE) != 0) return nullptr;
   buf.held = true;
@@ -470,9 +496,9 @@ int init(PyObject* self, PyObject* args, PyObject* kwargs) {
     PyErr_SetString(PyExc_TypeError, "Mapped is initialised once");
     return -1;
   }
-  if ((view != Py_None && !PyObject_CheckBuffer(view)) || alignment <= 0 || (alignment & (alignment - 1)) != 0 ||
+  if ((view != Py_None && !PyObject_CheckBuffer(view) && !is_zstd_get(view)) || alignment <= 0 || (alignment & (alignment - 1)) != 0 ||
       count < 0 || data_start < 0 || PyList_GET_SIZE(starts) != PyList_GET_SIZE(offsets) ||
-      (count > 0 && PyList_GET_SIZE(starts) == 0)) {
+      (count > 0 && PyList_GET_SIZE(starts) == 0 && !is_zstd_get(view))) {
     PyErr_SetString(PyExc_ValueError, "Mapped: inconsistent arguments");
     return -1;
   }

@@ -21,6 +21,25 @@ namespace evalue_store_native {
 // _native_zstd.cc: the ZstdGet and ZstdFrame types (ds[i] of a compressed file's frame).
 int add_zstd(PyObject* module);
 
+// Where a ZstdGet found record i of a compressed file: its frame's decompressed bytes
+// (``buf``, a new reference: a ZstdFrame, or a buffer the general path cached), the place
+// of the record's frame header in them, its logical offset, and its payload length and crc
+// as that header gives them; the file offset and span of the zstd frame.
+struct Located {
+  PyObject* buf;
+  int64_t position;
+  uint64_t logical, length, phys;
+  uint32_t crc, span;
+};
+
+bool is_zstd_get(PyObject* obj);
+bool is_zstd_frame(PyObject* obj);
+
+// Record ``i`` of ``zget`` (a ZstdGet) through its locator: 1 and ``out`` set; 0 when it
+// is not served so (a check fails, the record spans frames, the file is closed): the
+// general path reads it or says why; -1 with a Python error set.
+int locate(PyObject* zget, long long i, Located* out);
+
 // A record's frame header (docs/FORMAT.md): magic (4), crc32 (4), payload length (8); an
 // index entry: offset (8), length (8), crc (4), reserved (4). Little-endian.
 constexpr int64_t kFrameSize = 16;

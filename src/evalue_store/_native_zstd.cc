@@ -196,6 +196,7 @@ int frame_getbuffer(PyObject* self, Py_buffer* view, int flags) {
 
 PyBufferProcs frame_buffer = {frame_getbuffer, nullptr};
 PyTypeObject FrameType = {PyVarObject_HEAD_INIT(nullptr, 0)};
+PyTypeObject GetType = {PyVarObject_HEAD_INIT(nullptr, 0)};
 
 // ------------------------------------------------------------------ ZstdGet
 
@@ -222,6 +223,11 @@ struct State {
   std::list<Cached> lru;           // least recently used first
   std::unordered_map<int64_t, std::list<Cached>::iterator> where;
   int64_t cached = 0;
+  // The frame ``locate`` decompressed last when it held its record alone: the LRU keeps
+  // frames other records are read from, and evicting its oldest one for such a frame
+  // costs a random get more than the frame could save (cold memory; no other record is
+  // in it). Kept here, a read of the same record again still finds it.
+  Cached last{-1, nullptr, nullptr, 0};
 
   ~State() {
     clear();
@@ -251,13 +257,25 @@ struct State {
     Py_DECREF(buf);
   }
 
+  // Makes ``entry`` (new references taken) the last lone frame, or none (key -1).
+  void set_last(Cached entry) {
+    Py_XINCREF(entry.length);
+    Py_XINCREF(entry.buf);
+    const Cached old = last;
+    last = entry;
+    Py_XDECREF(old.length);
+    Py_XDECREF(old.buf);
+  }
+
   void clear() {
+    set_last(Cached{-1, nullptr, nullptr, 0});
     while (!lru.empty()) drop(lru.begin());
   }
 
   // Keeps ``buf`` (new references taken) as the frame at ``key``, evicting the least
   // recently used frames while over ``cache_bytes`` (the newest always stays).
   void remember(int64_t key, PyObject* length, PyObject* buf, int64_t nbytes) {
+    if (key == last.key) set_last(Cached{-1, nullptr, nullptr, 0});
     auto found = where.find(key);
     if (found != where.end()) drop(found->second);
     Py_INCREF(length);
@@ -268,11 +286,12 @@ struct State {
     while (cached > cache_bytes && lru.size() > 1) drop(lru.begin());
   }
 
-  PyObject* hit(int64_t key) {  // a borrowed reference to the cached entry, made the newest
+  const Cached* find(int64_t key) {  // the cached frame at ``key`` (made the newest) or null
+    if (key == last.key) return &last;
     auto found = where.find(key);
     if (found == where.end()) return nullptr;
     lru.splice(lru.end(), lru, found->second);
-    return found->second->buf;
+    return &*found->second;
   }
 };
 
@@ -472,20 +491,20 @@ int get_init(PyObject* self, PyObject* args, PyObject* kwargs) {
   return 0;
 }
 
-PyObject* record_frame(PyObject* self, PyObject* arg) {
-  State& s = *reinterpret_cast<Get*>(self)->s;
-  const long long i = PyLong_AsLongLong(arg);
-  if (i == -1 && PyErr_Occurred()) {
-    if (!PyErr_ExceptionMatches(PyExc_OverflowError)) return nullptr;
-    PyErr_Clear();
-    Py_RETURN_NONE;
-  }
+}  // namespace
+
+bool is_zstd_frame(PyObject* obj) { return Py_TYPE(obj) == &FrameType; }
+
+bool is_zstd_get(PyObject* obj) { return Py_TYPE(obj) == &GetType; }
+
+int locate(PyObject* zget, long long i, Located* out) {
+  State& s = *reinterpret_cast<Get*>(zget)->s;
   auto run_at = std::upper_bound(s.runs.begin(), s.runs.end(), i,
                                  [](long long v, const Run& r) { return v < r.first; });
-  if (i < 0 || run_at == s.runs.begin()) Py_RETURN_NONE;
+  if (i < 0 || run_at == s.runs.begin()) return 0;
   const Run run = *std::prev(run_at);
   const int64_t j = i - run.first;
-  if (run.offset < 0 || j >= run.count) Py_RETURN_NONE;
+  if (run.offset < 0 || j >= run.count) return 0;
   // The locator group, checked (FRAMES.md section 6 rule 3): its locators, then their CRC.
   const int64_t g = j / kGroup, slot = j % kGroup;
   const int64_t in_group = std::min(kGroup, run.count - g * kGroup);
@@ -495,8 +514,8 @@ PyObject* record_frame(PyObject* self, PyObject* arg) {
   {
     Bytes group;
     const int got = read_bytes(s, group_at, in_group * kLocatorSize + 4, &group);
-    if (got <= 0) return got < 0 ? nullptr : Py_NewRef(Py_None);
-    if (evs::crc32c(group.p, in_group * kLocatorSize + 4, 0) != g_crc_residue) Py_RETURN_NONE;
+    if (got <= 0) return got;
+    if (evs::crc32c(group.p, in_group * kLocatorSize + 4, 0) != g_crc_residue) return 0;
     const uint8_t* loc = group.p + slot * kLocatorSize;
     logical = le(loc, 8);
     phys = le(loc + 8, 8);
@@ -508,19 +527,18 @@ PyObject* record_frame(PyObject* self, PyObject* arg) {
   if (span > kSmallFrame || position > logical || phys < static_cast<uint64_t>(s.layout_end) ||
       phys > static_cast<uint64_t>(run.offset) ||
       span > static_cast<uint64_t>(run.offset) - phys)
-    Py_RETURN_NONE;
-  PyObject* buf = s.hit(static_cast<int64_t>(phys));
-  if (buf != nullptr) {
-    Py_INCREF(buf);
-  } else {
+    return 0;
+  const Cached* hit = s.find(static_cast<int64_t>(phys));
+  PyObject* buf = hit == nullptr ? nullptr : Py_NewRef(hit->buf);
+  int64_t size = -1;  // of a frame decompressed now
+  if (buf == nullptr) {
     Bytes data;
     const int got = read_bytes(s, static_cast<int64_t>(phys), span, &data);
-    if (got <= 0) return got < 0 ? nullptr : Py_NewRef(Py_None);
+    if (got <= 0) return got;
     // FRAMES.md section 3 rule 3 for the frame a writer makes of a record or a few: its
     // own descriptor, one compressed block, the last, filling the span (so the content
     // size, the window, is at least the block); any other frame is walked.
     const uint8_t* p = data.p;
-    int64_t size = -1;
     if (span > 14 && le(p, 4) == kZstdMagic && p[4] == kOwnDescriptor) {
       const int64_t own = static_cast<int64_t>(le(p + 5, 2)) + 256;
       if (own <= s.small_cap && le(p + 7, 3) == ((uint64_t{span} - 14) << 3 | 5) &&
@@ -529,49 +547,76 @@ PyObject* record_frame(PyObject* self, PyObject* arg) {
     }
     if (size < 0) {
       size = checked_size(p, span, static_cast<uint64_t>(s.cap));
-      if (size < 0 || any_reserved_modes(p, span, header_size(p))) Py_RETURN_NONE;
+      if (size < 0 || any_reserved_modes(p, span, header_size(p))) return 0;
     } else if (reserved_modes(p + 10, span - 14)) {
-      Py_RETURN_NONE;
+      return 0;
     }
-    PyObject* frame = decompress(s, data, span, size, logical - position);
-    if (frame == nullptr) return PyErr_Occurred() ? nullptr : Py_NewRef(Py_None);
-    buf = PyMemoryView_FromObject(frame);
-    Py_DECREF(frame);
-    if (buf == nullptr) return nullptr;
-    PyObject* length = PyLong_FromUnsignedLong(span);
-    if (length == nullptr) {
-      Py_DECREF(buf);
-      return nullptr;
-    }
-    s.remember(static_cast<int64_t>(phys), length, buf, size);
-    Py_DECREF(length);
+    buf = decompress(s, data, span, size, logical - position);
+    if (buf == nullptr) return PyErr_Occurred() ? -1 : 0;
   }
   // The record's container frame header inside the frame (FORMAT.md section 4).
-  Py_buffer v;
-  if (PyObject_GetBuffer(buf, &v, PyBUF_SIMPLE) != 0) {
+  Buffer v;
+  if (!v.get(buf, PyBUF_SIMPLE)) {
     Py_DECREF(buf);
-    return nullptr;
+    return -1;
   }
-  const auto* b = static_cast<const uint8_t*>(v.buf);
-  const int64_t n = v.len;
-  bool fits = position <= n && n - position >= kFrameSize;
-  uint32_t crc = 0;
-  uint64_t length = 0;
-  if (fits) {
-    const uint8_t* head = b + position;
-    crc = static_cast<uint32_t>(le(head + 4, 4));
-    length = le(head + 8, 8);
-    fits = std::memcmp(head, "EVR1", 4) == 0 &&
-           length <= static_cast<uint64_t>(n - position - kFrameSize);
-  }
-  PyBuffer_Release(&v);
-  if (!fits) {
+  const auto* b = static_cast<const uint8_t*>(v.b.buf);
+  const int64_t n = v.b.len;
+  if (position > n || n - position < kFrameSize) {
     Py_DECREF(buf);
+    return 0;
+  }
+  const uint8_t* head = b + position;
+  const uint64_t length = le(head + 8, 8);
+  if (std::memcmp(head, "EVR1", 4) != 0 ||
+      length > static_cast<uint64_t>(n - position - kFrameSize)) {
+    Py_DECREF(buf);
+    return 0;
+  }
+  if (size >= 0) {  // decompressed now: cached (the LRU's or the last lone frame)
+    PyObject* span_object = PyLong_FromUnsignedLong(span);
+    if (span_object == nullptr) {
+      Py_DECREF(buf);
+      return -1;
+    }
+    const uint64_t mask = static_cast<uint64_t>(s.alignment - 1);
+    const uint64_t record_end = (kFrameSize + length + mask) & ~mask;  // the next record's
+    const Cached entry{static_cast<int64_t>(phys), span_object, buf, size};
+    if (position == 0 && static_cast<uint64_t>(size) <= record_end)
+      s.set_last(entry);
+    else
+      s.remember(entry.key, span_object, buf, size);
+    Py_DECREF(span_object);
+  }
+  *out = Located{buf, position, logical, length, phys, static_cast<uint32_t>(le(head + 4, 4)),
+                 span};
+  return 1;
+}
+
+namespace {
+
+// A frame as Python code reads it: a memoryview (of a ZstdFrame; a cached buffer as given).
+PyObject* as_view(PyObject* buf) {
+  return is_zstd_frame(buf) ? PyMemoryView_FromObject(buf) : Py_NewRef(buf);
+}
+
+PyObject* record_frame(PyObject* self, PyObject* arg) {
+  const long long i = PyLong_AsLongLong(arg);
+  if (i == -1 && PyErr_Occurred()) {
+    if (!PyErr_ExceptionMatches(PyExc_OverflowError)) return nullptr;
+    PyErr_Clear();
     Py_RETURN_NONE;
   }
-  return Py_BuildValue("(NIKKIKI)", buf, position, static_cast<unsigned long long>(logical),
-                       static_cast<unsigned long long>(length), crc,
-                       static_cast<unsigned long long>(phys), span);
+  Located found;
+  const int got = locate(self, i, &found);
+  if (got <= 0) return got < 0 ? nullptr : Py_NewRef(Py_None);
+  PyObject* view = as_view(found.buf);
+  Py_DECREF(found.buf);
+  if (view == nullptr) return nullptr;
+  return Py_BuildValue("(NLKKIKI)", view, static_cast<long long>(found.position),
+                       static_cast<unsigned long long>(found.logical),
+                       static_cast<unsigned long long>(found.length), found.crc,
+                       static_cast<unsigned long long>(found.phys), found.span);
 }
 
 // cached(phys) -> (length, buffer) | None: the frame at file offset ``phys`` if cached
@@ -580,10 +625,11 @@ PyObject* cached(PyObject* self, PyObject* arg) {
   State& s = *reinterpret_cast<Get*>(self)->s;
   const long long key = PyLong_AsLongLong(arg);
   if (key == -1 && PyErr_Occurred()) return nullptr;
-  auto found = s.where.find(key);
-  if (found == s.where.end()) Py_RETURN_NONE;
-  s.lru.splice(s.lru.end(), s.lru, found->second);
-  return PyTuple_Pack(2, found->second->length, found->second->buf);
+  const Cached* found = s.find(key);
+  if (found == nullptr) Py_RETURN_NONE;
+  PyObject* view = as_view(found->buf);
+  if (view == nullptr) return nullptr;
+  return Py_BuildValue("(ON)", found->length, view);
 }
 
 // remember(phys, length, buffer): keeps a frame the general path decompressed.
@@ -638,11 +684,13 @@ PyObject* close(PyObject* self, PyObject*) {
 }
 
 PyObject* cached_bytes(PyObject* self, void*) {
-  return PyLong_FromLongLong(reinterpret_cast<Get*>(self)->s->cached);
+  const State& s = *reinterpret_cast<Get*>(self)->s;
+  return PyLong_FromLongLong(s.cached + s.last.nbytes);
 }
 
 PyObject* cached_frames(PyObject* self, void*) {
-  return PyLong_FromSize_t(reinterpret_cast<Get*>(self)->s->lru.size());
+  const State& s = *reinterpret_cast<Get*>(self)->s;
+  return PyLong_FromSize_t(s.lru.size() + (s.last.buf != nullptr));
 }
 
 PyMethodDef get_methods[] = {
@@ -666,8 +714,6 @@ PyGetSetDef get_getset[] = {
     {"cached_bytes", cached_bytes, nullptr, "decompressed bytes in the cache", nullptr},
     {"cached_frames", cached_frames, nullptr, "frames in the cache", nullptr},
     {nullptr, nullptr, nullptr, nullptr, nullptr}};
-
-PyTypeObject GetType = {PyVarObject_HEAD_INIT(nullptr, 0)};
 
 }  // namespace
 

@@ -145,7 +145,7 @@ class Dataset(Records):
         far (``Records._teach`` teaches them the later ones): ``_fast``, ``ds[i]`` of a
         plain mapped file; ``_fast_frames``, a record in a compressed file's decompressed
         frame (its ``ds[i]``). None for the sources they do not read."""
-        self._fast = self._fast_frames = None
+        self._fast = self._fast_frames = self._fast_get = None
         source = self._source
         checksum = NAMES.get(self._checksum) if self._crc_on_read else None
         if self._crc_on_read and checksum is None:
@@ -161,7 +161,9 @@ class Dataset(Records):
             starts, offsets = list(self._starts), [seg.offset for seg in self._segments]
             self._fast = _native.Mapped(source.mapped, starts, offsets, self._len, *checks)
         elif self._located is not None:
-            self._fast_frames = _native.Mapped(None, [], [], 0, *checks)
+            self._fast_frames = _native.Mapped(source._native, [], [], self._len, *checks)
+        fast = self._fast if self._fast is not None else self._fast_frames
+        self._fast_get = None if fast is None else fast.get
         for length, layout in self._layouts.items():
             self._teach(length, layout)
 
@@ -179,8 +181,8 @@ class Dataset(Records):
     def _close_source(self) -> None:
         self._mapped = None
         self._located = None
-        self._fast = self._fast_frames = None  # before the source: their layouts hold
-        # arrays viewing the mapping
+        # Before the source: their layouts hold arrays viewing the mapping.
+        self._fast = self._fast_frames = self._fast_get = None
         if self._source is not None:
             self._closer()  # source.close(), once
             self._source = None
@@ -262,7 +264,8 @@ class Dataset(Records):
         self.filesystem = state.get("filesystem")
         self.storage_options = state.get("storage_options")
         self.cache_dir = state.get("cache_dir")
-        self._source = self._mapped = self._located = self._fast = self._fast_frames = None
+        self._source = self._mapped = self._located = None
+        self._fast = self._fast_frames = self._fast_get = None
         self._closed_by_pickle = True
         self._pinned = state.get("pinned")
         self._len = None

@@ -193,12 +193,13 @@ class Records(Scans):
     def __getitem__(self, index: Index) -> Any:
         """One record for an integer; a list of records for a slice, an integer array or a
         boolean mask (numpy's rules, see ``evalue_store.dataset.indexing``)."""
-        fast = self._fast
-        if fast is not None and type(index) is int:
-            # A plain mapped file whose record has a layout: all of ``_record`` in one
-            # compiled call (_native_mapped.cc), which answers None for any record it cannot
-            # serve (a check fails, the layout is not known): the paths below read it.
-            record = fast.get(index)
+        fast_get = self._fast_get
+        if fast_get is not None and type(index) is int:
+            # A record with a learned layout, of a plain mapped file or in a compressed
+            # file's frame found through its locator: all of ``_record`` in one compiled
+            # call (_native_mapped.cc), which answers None for any record it cannot serve
+            # (a check fails, the layout is not known): the paths below read it.
+            record = fast_get(index)
             if record is not None:
                 return to_dict(record, self._dict_names()) if self.as_dict else record
         mapped = self._mapped
