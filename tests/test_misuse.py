@@ -467,3 +467,67 @@ def test_datasets_dropped_without_close_leave_no_descriptor(tmp_path, compressio
     del view
     gc.collect()
     assert len(os.listdir("/proc/self/fd")) == before
+
+
+@pytest.mark.parametrize("compression", [None, "zstd"])
+@pytest.mark.parametrize("backend", ["mmap", "pread"])
+def test_closing_a_dataset_other_threads_read_raises_closed_error_in_them(
+    tmp_path, compression, backend
+):
+    """One thread closes a dataset while others read it every way (ds[i], fancy indexing,
+    get_batch, get_many, scans, raw, entries, verify): each read returns right records or
+    raises ClosedError, never an AttributeError, a released-buffer ValueError or a
+    FormatError blaming the file (a compressed source read after close() "ended inside a
+    frame"). Views taken before the close stay right."""
+    path = tmp_path / "f.evs"
+    n = 1500
+    with evs.Writer(path, compression=compression, durable=False) as w:
+        w.extend([[np.arange(32) + i, np.full(4, i, np.float32), i, f"ex-{i}"] for i in range(n)])
+    outcomes: dict[str, int] = {}
+    lock = threading.Lock()
+
+    def read(ds, seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        kept = []
+        try:
+            for step in range(100_000):
+                op, i = step % 8, int(rng.integers(0, n))
+                if op == 0:
+                    kept.append((i, ds[i]))
+                elif op == 1:
+                    got = ds[rng.integers(0, n, 8)]
+                    assert len(got) == 8
+                elif op == 2:
+                    batch = ds.get_batch(rng.integers(0, n, 16))
+                    assert batch[0].shape == (16, 32)
+                elif op == 3:
+                    assert ds.get_many([i, 0])[0][2] == i
+                elif op == 4:
+                    assert [r[2] for _, r in zip(range(40), ds)] == list(range(40))
+                elif op == 5:
+                    assert len(ds.raw(i)) > 0
+                elif op == 6:
+                    assert len(ds.entries()) == n
+                elif step % 64 == 7:
+                    assert ds.verify().ok
+            result = "finished"
+        except evs.ClosedError:
+            result = "ClosedError"
+        except BaseException as exc:  # noqa: BLE001 (counted and shown below)
+            result = f"{type(exc).__name__}: {exc}"
+        for i, record in kept:
+            assert record[2] == i and int(record[0][0]) == i and record[3] == f"ex-{i}"
+        with lock:
+            outcomes[result] = outcomes.get(result, 0) + 1
+
+    for trial in range(12):
+        ds = evs.open(path, backend=backend)
+        threads = [threading.Thread(target=read, args=(ds, trial * 3 + k)) for k in range(3)]
+        for t in threads:
+            t.start()
+        time.sleep(0.003 * trial)
+        ds.close()
+        for t in threads:
+            t.join()
+    assert set(outcomes) <= {"ClosedError", "finished"}, outcomes
+    assert outcomes.get("ClosedError", 0) >= 12  # the reads really raced the close

@@ -19,6 +19,7 @@ from ..errors import CHANGED, CHECKSUM, ClosedError, FormatError
 from ..metadata import parse_metadata
 from ..physical import open_file, reopen_name
 from ..physical.zstd import DEFAULT_CACHE_BYTES, MAX_FRAME_SIZE
+from .closing import reports_close
 from .fields import stored_names, to_dict
 from .records import Records
 from .verify import VerifyReport, verify_dataset
@@ -179,13 +180,15 @@ class Dataset(Records):
             self._bind_fast()  # they hold a copy of the limit
 
     def _close_source(self) -> None:
+        # The source is forgotten first: a read another thread has under way that fails
+        # on what follows finds it gone, and says the dataset was closed (closing.py).
+        source, self._source = self._source, None
         self._mapped = None
         self._located = None
         # Before the source: their layouts hold arrays viewing the mapping.
         self._fast = self._fast_frames = self._fast_get = None
-        if self._source is not None:
+        if source is not None:
             self._closer()  # source.close(), once
-            self._source = None
 
     def refresh(self) -> bool:
         """Pick up commits made since opening; returns True if the dataset changed."""
@@ -273,6 +276,7 @@ class Dataset(Records):
     # ------------------------------------------------------------------ properties
 
     @property
+    @reports_close
     def metadata(self) -> dict:
         """The user metadata (a dict; empty if the writer gave none)."""
         self._ensure_open()
@@ -316,6 +320,7 @@ class Dataset(Records):
         self._ensure_open()
         return self.commit.end
 
+    @reports_close
     def logical_chunks(self) -> Iterator[memoryview]:
         """The container's bytes up to its last commit, in order: for a compressed file,
         exactly what ``zstd -d`` writes."""
@@ -334,13 +339,19 @@ class Dataset(Records):
 
     # ------------------------------------------------------------------ checking
 
+    @reports_close
     def verify(self, progress: Any = None) -> VerifyReport:
         """Check every checksum and every record's structure; never raises for bad data.
 
         ``progress`` (optional) is called with the number of records checked so far.
+        Closing the dataset from another thread meanwhile makes it raise ClosedError (the
+        records it could not read then are not bad).
         """
         self._ensure_open()
-        return verify_dataset(self, progress)
+        report = verify_dataset(self, progress)
+        if self._source is None:
+            raise ClosedError(f"{self.path}: dataset was closed during verify()")
+        return report
 
     def __repr__(self) -> str:
         state = "closed" if self._source is None else f"{self._len} records"

@@ -21,6 +21,7 @@ from ..container import ENTRY, ENTRY_DTYPE, ENTRY_SIZE, FRAME_SIZE, check_frame
 from ..errors import CHECKSUM, INDEX, LIMIT, OUT_OF_BOUNDS, FormatError
 from . import batch, indexing
 from .batch import Batch, Out
+from .closing import closed_meanwhile, reports_close
 from .fields import to_dict
 from .indexing import Index
 from .scans import Scans
@@ -51,6 +52,7 @@ class Records(Scans):
             raise FormatError(reason, at, self.path, record=i, code=INDEX)
         return offset, length, crc
 
+    @reports_close
     def entries(self) -> np.ndarray:
         """The whole index as one structured array (offset, length, crc, reserved).
 
@@ -62,6 +64,7 @@ class Records(Scans):
             return np.zeros(0, ENTRY_DTYPE)
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
+    @reports_close
     def iter_entries(self) -> Iterator[np.ndarray]:
         """``entries()`` in pieces of at most 1 MiB (a compressed index can exceed memory)."""
         self._ensure_open()
@@ -92,6 +95,7 @@ class Records(Scans):
             reason = f"{length} bytes, over max_record_bytes={self.max_record_bytes}"
             raise FormatError(reason, offset, code=LIMIT, **place)
 
+    @reports_close
     def raw(self, index: int) -> memoryview:
         """Record ``index`` as stored: its payload bytes (docs/FORMAT.md section 4), as a
         read-only view valid while the dataset is open.
@@ -192,16 +196,27 @@ class Records(Scans):
 
     def __getitem__(self, index: Index) -> Any:
         """One record for an integer; a list of records for a slice, an integer array or a
-        boolean mask (numpy's rules, see ``evalue_store.dataset.indexing``)."""
-        fast_get = self._fast_get
-        if fast_get is not None and type(index) is int:
-            # A record with a learned layout, of a plain mapped file or in a compressed
-            # file's frame found through its locator: all of ``_record`` in one compiled
-            # call (_native_mapped.cc), which answers None for any record it cannot serve
-            # (a check fails, the layout is not known): the paths below read it.
-            record = fast_get(index)
-            if record is not None:
-                return to_dict(record, self._dict_names()) if self.as_dict else record
+        boolean mask (numpy's rules, see ``evalue_store.dataset.indexing``). Once another
+        thread has closed the dataset, any error of a read under way is ClosedError."""
+        try:  # (free in Python 3.11 until something raises)
+            fast_get = self._fast_get
+            if fast_get is not None and type(index) is int:
+                # A record with a learned layout, of a plain mapped file or in a compressed
+                # file's frame found through its locator: all of ``_record`` in one compiled
+                # call (_native_mapped.cc), which answers None for any record it cannot
+                # serve (a check fails, the layout is not known): the paths below read it.
+                record = fast_get(index)
+                if record is not None:
+                    return to_dict(record, self._dict_names()) if self.as_dict else record
+            return self._get(index)
+        except Exception as exc:
+            closed = closed_meanwhile(self, exc)  # another thread closed the dataset
+            if closed is None:
+                raise
+            raise closed from exc
+
+    def _get(self, index: Index) -> Any:
+        """``self[index]`` when the compiled reader did not serve it."""
         mapped = self._mapped
         if mapped is not None and type(index) is int:
             # A plain mapped file: ``_record`` with its layers inlined (the per-record path;
@@ -289,6 +304,7 @@ class Records(Scans):
             records = self._get_positions(where.tolist())
         return self._named(records) if self.as_dict else records
 
+    @reports_close
     def get_batch(self, indices: Sequence[int] | np.ndarray, *, out: Out = None) -> Batch:
         """Records ``indices`` (as ``get_many`` takes them) as one batch: a dict by field
         name when the file names its fields, else a list by position, of one value per
@@ -304,6 +320,7 @@ class Records(Scans):
         """
         return batch.get_batch(self, indices, out)
 
+    @reports_close
     def get_many(self, indices: Sequence[int] | np.ndarray) -> list[list]:
         """Records for a list of indices (or a boolean mask), in the order given.
 

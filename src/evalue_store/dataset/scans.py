@@ -20,6 +20,7 @@ from ..bounded import SHADOWED
 from ..checksums import checksum_ranges
 from ..container import ENTRY, ENTRY_DTYPE, ENTRY_SIZE, FRAME_SIZE
 from ..errors import INDEX, ClosedError, FormatError
+from .closing import reports_close
 from .fields import to_dict
 
 SCAN_CHUNK = 512  # index entries a scan decodes at a time
@@ -29,6 +30,7 @@ SCAN_SPAN = 1 << 20  # logical bytes of records a compressed scan decompresses a
 class Scans:
     """The scans of ``Records`` (see the module's docstring)."""
 
+    @reports_close
     def __iter__(self) -> Iterator[list]:
         self._ensure_open()
         if self._fast is not None:
