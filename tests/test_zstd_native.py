@@ -276,6 +276,8 @@ def test_get_is_one_compiled_call_and_its_tensors_hold_their_frame(tmp_path):
             assert served is not None, i
             assert_same(served, general[i])
             assert_same(ds[i], recs[i])
+        for got, i in zip(ds.get_many([5, 299, 3, 5, -1]), [5, 299, 3, 5, 299]):
+            assert_same(got, recs[i])  # get_many: the same compiled get, in file order
         assert get(300) is None and get(-301) is None  # the general path raises IndexError
         with pytest.raises(IndexError):
             ds[300]

@@ -333,19 +333,19 @@ class Records(Scans):
 
     def _get_positions(self, positions: list[int]) -> list[list]:
         wanted = sorted(zip(positions, range(len(positions))))
-        if self._located is not None:  # compressed: as ds[i] reads, in file order (each
-            result: list = [None] * len(wanted)  # frame decompressed once while cached)
-            for i, k in wanted:
-                result[k] = self._from_locator(i)
-            return result
-        if self._fast is not None:  # a mapped plain file: as ds[i] reads, in file order
-            get = self._fast.get
-            result = [None] * len(wanted)
-            for i, k in wanted:
+        get = self._fast_get
+        if get is not None:  # the compiled reader, as ds[i] reads, in file order (so a
+            result: list = [None] * len(wanted)  # compressed file's frame shared by
+            for i, k in wanted:  # several records is decompressed once while cached)
                 values = get(i)
                 if values is None:  # the Python reader reads it, or says what is wrong
                     values = list(self[i].values()) if self.as_dict else self[i]
                 result[k] = values
+            return result
+        if self._located is not None:  # compressed, without the compiled reader
+            result = [None] * len(wanted)
+            for i, k in wanted:
+                result[k] = self._from_locator(i)
             return result
         pin = getattr(self._source, "pin", None)  # a remote source fetches a batch at once
         if pin is not None:
