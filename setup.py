@@ -17,6 +17,7 @@ setup(
                 "src/evalue_store/_native_mapped.cc",
                 "src/evalue_store/_native_batch.cc",
                 "src/evalue_store/_native_zstd.cc",
+                "src/evalue_store/_native_gather.cc",
                 "cpp/src/crc.cc",
             ],
             include_dirs=["cpp/include", numpy.get_include()],

@@ -312,3 +312,42 @@ def test_a_frame_holding_one_record_skips_the_cache_yet_a_second_read_finds_it(t
                 assert native.cached_frames <= before + 1
             else:
                 assert native.cached_frames > before + 10
+
+
+def test_gather_located_places_a_batch_as_ds_i_finds_it(tmp_path):
+    """``_native.gather_located`` (get_batch's compressed path): each record's entry as its
+    frame header gives it, its frame bytes at a place congruent to its offset modulo the
+    alignment; None for anything it cannot place whole; bad arguments refused."""
+    path = tmp_path / "g.evs.zst"
+    recs = _records(120)
+    _write(path, recs, frame_size=1024)
+    with evs.open(path) as ds:
+        zget, align = ds._source._native, ds.header.alignment
+        positions = np.array([3, 3, 40, 41, 119, 0], np.int64)
+        entries, buf, shift, size, places = _native.gather_located(zget, positions, align, 1 << 20)
+        data = memoryview(buf)[shift : shift + size]
+        rows = np.frombuffer(entries, evs.container.ENTRY_DTYPE)
+        at = np.frombuffer(places, np.int64)
+        assert (np.diff(at) > 0).all() and size >= at[-1] + 16 + rows["length"][-1]
+        for k, i in enumerate(positions.tolist()):
+            frame, pos, offset, length, crc = ds._located(i)[:5]
+            assert tuple(rows[k])[:3] == (offset, length, crc) and rows[k]["reserved"] == 0
+            address = np.frombuffer(buf, np.uint8).ctypes.data + shift + at[k]
+            assert address % align == offset % align
+            assert bytes(data[at[k] : at[k] + 16 + length]) == bytes(frame[pos : pos + 16 + length])
+        assert_same(ds.get_batch([3, 40])[0], np.stack([recs[3][0], recs[40][0]]))
+        assert _native.gather_located(zget, np.array([5, 120], np.int64), align, 1 << 20) is None
+        assert _native.gather_located(zget, np.array([5, -1], np.int64), align, 1 << 20) is None
+        assert _native.gather_located(zget, positions, align, 100) is None  # over the limit
+        empty = _native.gather_located(zget, np.zeros(0, np.int64), align, 1 << 20)
+        assert empty[0] == b"" and empty[3] == 8
+        with pytest.raises(TypeError):
+            _native.gather_located(object(), positions, align, 1 << 20)
+        with pytest.raises(TypeError):
+            _native.gather_located(zget, positions.astype(np.float64), align, 1 << 20)
+        with pytest.raises(TypeError):
+            _native.gather_located(zget, positions.reshape(2, 3), align, 1 << 20)
+        with pytest.raises(ValueError):
+            _native.gather_located(zget, positions, 48, 1 << 20)
+        with pytest.raises(TypeError):
+            _native.gather_located(zget, positions, align)

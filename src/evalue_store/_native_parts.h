@@ -40,6 +40,9 @@ bool is_zstd_frame(PyObject* obj);
 // general path reads it or says why; -1 with a Python error set.
 int locate(PyObject* zget, long long i, Located* out);
 
+// _native_gather.cc: gather_located (a compressed file's batch of records in one buffer).
+int add_gather(PyObject* module);
+
 // A record's frame header (docs/FORMAT.md): magic (4), crc32 (4), payload length (8); an
 // index entry: offset (8), length (8), crc (4), reserved (4). Little-endian.
 constexpr int64_t kFrameSize = 16;

@@ -23,13 +23,13 @@ from typing import Any
 
 import numpy as np
 
+from .. import _native
 from ..checksums import NAMES
 from ..codec import compile_layout
 from ..codec.batch_decode import decode_batch
 from ..container import ENTRY_DTYPE, ENTRY_SIZE, FRAME_SIZE
 from ..dtypes import BFLOAT16
 from ..errors import FIELDS, FormatError
-from ..physical.zframe import aligned_empty
 from ..values import _is_torch_tensor
 from . import indexing
 
@@ -168,38 +168,25 @@ def _entries_at(ds: Any, positions: np.ndarray) -> np.ndarray | None:
 
 
 def _located_rows(ds: Any, positions: np.ndarray) -> tuple[np.ndarray, Any, np.ndarray] | None:
-    """A compressed file's batch as ``ds[i]`` finds its records (``record_frame``: the
-    locator, then the frame, each frame decompressed once while cached), in file order:
-    their index entries (from their frame headers, checked later as the index's are), one
-    buffer holding their frames, each at a place congruent to its offset modulo the
-    alignment (as ``gather`` places them), and each frame's position in it. None if a
-    record is not found so, or the batch is over GATHER_BYTES: the record-by-record path
-    reads it, and says what is wrong."""
+    """A compressed file's batch as ``ds[i]`` finds its records (the locator, then the
+    frame, each frame decompressed once while cached), in file order, in one compiled call
+    (``_native.gather_located``): their index entries (from their frame headers, checked
+    later as the index's are), one buffer holding their frames, each at a place congruent
+    to its offset modulo the alignment (as ``gather`` places them), and each frame's
+    position in it. None if a record is not found so, or the batch is over GATHER_BYTES:
+    the record-by-record path reads it, and says what is wrong."""
     order = np.argsort(positions, kind="stable")
-    located, align = ds._located, ds.header.alignment
-    entries, frames, places = [], [], []
-    end = 0
-    for i in positions[order].tolist():
-        record = located(i)
-        if record is None:
-            return None
-        buf, pos, offset, length, crc, _, _ = record
-        place = end + (offset - end) % align
-        end = place + FRAME_SIZE + length
-        if end > GATHER_BYTES:
-            return None
-        entries.append((offset, length, crc))
-        frames.append(bytes(buf[pos : end - place + pos]))  # not the whole frame
-        places.append(place)
-    out = aligned_empty(end + 8, 0, align)  # 8 bytes to spare, as gather leaves them
-    view = memoryview(out)
-    for place, frame in zip(places, frames):
-        view[place : place + len(frame)] = frame
-    rows = np.zeros(len(positions), ENTRY_DTYPE)
-    rows["offset"][order], rows["length"][order], rows["crc"][order] = zip(*entries)  # (B > 0)
+    found = _native.gather_located(
+        ds._source._native, positions[order].astype(np.int64), ds.header.alignment, GATHER_BYTES
+    )
+    if found is None:
+        return None
+    entries, buf, shift, size, places = found
+    rows = np.empty(len(positions), ENTRY_DTYPE)
+    rows[order] = np.frombuffer(entries, ENTRY_DTYPE)
     at = np.empty(len(positions), np.int64)
-    at[order] = places
-    return rows, view.toreadonly(), at
+    at[order] = np.frombuffer(places, np.int64)
+    return rows, memoryview(buf)[shift : shift + size].toreadonly(), at
 
 
 def _segment_rows(mapped: Any, seg: Any, rows: np.ndarray) -> np.ndarray:
