@@ -531,3 +531,38 @@ def test_closing_a_dataset_other_threads_read_raises_closed_error_in_them(
             t.join()
     assert set(outcomes) <= {"ClosedError", "finished"}, outcomes
     assert outcomes.get("ClosedError", 0) >= 12  # the reads really raced the close
+
+
+def test_a_closed_readers_descriptor_stays_open_while_a_read_holds_it(tmp_path):
+    """close() of a pread-backed reader lets go of its descriptor; a read another thread has
+    under way still holds it, so the number is closed only after that read (a number
+    closed under a running pread could be taken by a file opened meanwhile, whose bytes
+    the read would then return). With no read under way it is closed at once."""
+    from evalue_store import byteio
+    from evalue_store.physical.plain import PreadSource
+
+    path = tmp_path / "f.bin"
+    path.write_bytes(bytes(range(256)) * 16)
+    for make in (
+        lambda fd: byteio.FdReader(fd, 4096, owns_fd=True),
+        lambda fd: PreadSource(fd, 4096, owns_fd=True),
+    ):
+        fd = os.open(path, os.O_RDONLY)
+        reader = make(fd)
+        in_flight = reader.held  # what a running read holds
+        reader.close()
+        assert reader.fd == -1
+        os.fstat(fd)  # still open: the read in flight would finish on its own file
+        del in_flight
+        with pytest.raises(OSError):
+            os.fstat(fd)  # closed with the last holder
+        fd = os.open(path, os.O_RDONLY)
+        make(fd).close()
+        with pytest.raises(OSError):
+            os.fstat(fd)  # no read under way: closed by close()
+    fd = os.open(path, os.O_RDONLY)
+    borrowed = byteio.FdReader(fd, 4096)  # a reader that does not own it never closes it
+    borrowed.close()
+    del borrowed
+    os.fstat(fd)
+    os.close(fd)

@@ -11,6 +11,7 @@ serves a local file's committed bytes from a mapping: no system call per read.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import mmap
 import os
@@ -31,20 +32,44 @@ class ByteReader(Protocol):
     def close(self) -> None: ...
 
 
+class Descriptor:
+    """A file descriptor that ``owned`` closes when its last holder lets go of it (CPython
+    frees an object as its last reference goes). A reader's ``close()`` drops its own hold;
+    a ``pread`` another thread has under way (without the GIL) holds it too, so the number
+    is neither closed nor reused by a file opened meanwhile until that read is done: a
+    plain int closed under it could make the read return another file's bytes."""
+
+    __slots__ = ("number", "owned")
+
+    def __init__(self, number: int, owned: bool):
+        self.number, self.owned = number, owned
+
+    def __del__(self) -> None:
+        if self.owned:
+            with contextlib.suppress(OSError):
+                os.close(self.number)
+
+
 class FdReader:
     """A local file through ``os.pread``: no shared file position, so forked workers and
-    threads may share the descriptor. ``owns_fd``: ``close()`` closes it."""
+    threads may share the descriptor. ``owns_fd``: it is closed once closed here and no
+    read is under way (``Descriptor``)."""
 
     def __init__(self, fd: int, size: int, name: str = "", *, owns_fd: bool = False):
-        self.fd = fd
+        self.held: Descriptor | None = Descriptor(fd, owns_fd)
         self.size = size
         self.name = name
-        self.owns_fd = owns_fd
+
+    @property
+    def fd(self) -> int:
+        held = self.held
+        return -1 if held is None else held.number
 
     def pread(self, offset: int, n: int) -> bytes:
+        held = self.held  # (kept until the read is done; None once closed: an error)
         parts = []
         while n > 0:
-            got = os.pread(self.fd, n, offset)
+            got = os.pread(held.number, n, offset)
             if not got:
                 break  # the file ends here
             parts.append(got)
@@ -56,9 +81,7 @@ class FdReader:
         return [self.pread(offset, n) for offset, n in ranges]
 
     def close(self) -> None:
-        fd, self.fd = self.fd, -1
-        if self.owns_fd and fd >= 0:
-            os.close(fd)
+        self.held = None
 
 
 class MapReader:

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from ..buffers import close_map, map_file
-from ..byteio import GATHER_GAP, Gather
+from ..byteio import GATHER_GAP, Descriptor, Gather
 from ..container import (
     ENTRY,
     ENTRY_SIZE,
@@ -138,16 +138,20 @@ class MmapSource(_PlainSource):
 class PreadSource(_PlainSource):
     """The file through os.pread: for filesystems where mmap is slow (NFS, FUSE).
 
-    ``owns_fd``: ``close()`` closes the descriptor (a probe that only finds the last
-    commit does not own it)."""
+    ``owns_fd``: the descriptor is closed once closed here and no read is under way
+    (``byteio.Descriptor``; a probe that only finds the last commit does not own it)."""
 
     mapped = None
 
     def __init__(self, fd: int, size: int, alignment: int = 64, *, owns_fd: bool = True):
-        self.fd = fd
+        self.held: Descriptor | None = Descriptor(fd, owns_fd)
         self.size = size
         self.alignment = alignment
-        self.owns_fd = owns_fd
+
+    @property
+    def fd(self) -> int:
+        held = self.held
+        return -1 if held is None else held.number
 
     def set_alignment(self, alignment: int) -> None:
         self.alignment = alignment
@@ -158,9 +162,10 @@ class PreadSource(_PlainSource):
         return view.toreadonly()  # arrays of it are read-only like a mapping's
 
     def _read_into(self, view: memoryview, offset: int) -> None:
+        held = self.held  # (kept until the read is done; None once closed: an error)
         done, n = 0, len(view)
         while done < n:
-            got = os.preadv(self.fd, [view[done:]], offset + done)
+            got = os.preadv(held.number, [view[done:]], offset + done)
             if got <= 0:
                 raise FormatError(
                     f"file ends early: wanted {n} bytes", offset + done, code=TRUNCATED
@@ -175,9 +180,7 @@ class PreadSource(_PlainSource):
         return self.read(offset, n), 0
 
     def close(self) -> None:
-        fd, self.fd = self.fd, -1
-        if self.owns_fd and fd >= 0:
-            os.close(fd)
+        self.held = None
 
 
 def open_plain(fd: int, size: int, backend: str) -> tuple[Any, Header, Commit]:

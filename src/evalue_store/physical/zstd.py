@@ -85,7 +85,7 @@ def open_zstd(
         except BaseException:
             source.close()
             raise
-        reader.owns_fd = False  # the mapping's reader closes the descriptor now
+        reader.held.owned = False  # the mapping's reader closes the descriptor now
         source.reader = mapped
     return source, header, commit
 
