@@ -509,3 +509,46 @@ def test_worker_batches_arrive_stacked(loader_path):
     batch = next(iter(DataLoader(ds, batch_size=32, num_workers=1, collate_fn=collate)))
     assert batch["tokens"].shape == (32, 128) and batch["tokens"].dtype == torch.int64
     assert batch["label"].dtype == torch.int64 and batch["id"][0] == "ex-0"
+
+
+@pytest.mark.parametrize("compression", [None, "zstd"])
+def test_out_fits_records_whose_length_another_layout_shares(tmp_path, compression):
+    """Records of one payload length but different dtypes and shapes: after a batch of one
+    of them, a batch of another takes an ``out`` of exactly its [B, *shape] and dtype (the
+    batch path learned the first structure for that length and must not judge ``out`` by
+    it); a mixed batch says its values do not stack; a wrong ``out`` is still refused."""
+    path = tmp_path / "f.evs"
+    kinds = [(np.uint64, (4, 1)), (np.int64, (4, 1)), (np.float64, (2, 2))]
+    records = [
+        [(np.arange(4) * (k + 1)).astype(dtype).reshape(shape)]
+        for k, (dtype, shape) in enumerate(kinds)
+    ]
+    with evs.Writer(path, compression=compression) as w:
+        w.extend(records * 2)
+    for first in range(3):
+        for k, (dtype, shape) in enumerate(kinds):
+            with evs.open(path) as ds:
+                ds.get_batch([first, first + 3])
+                out = np.zeros((2, *shape), dtype)
+                got = ds.get_batch([k, k + 3], out={0: out})[0]
+                assert got is out and np.array_equal(out[1], records[k][0])
+                with pytest.raises(ValueError, match="dtype"):
+                    ds.get_batch([k], out={0: np.zeros((1, *shape), np.int8)})
+    with evs.open(path) as ds, pytest.raises(ValueError, match="do not stack"):
+        ds.get_batch([0, 2], out={0: np.zeros((2, 4, 1), np.uint64)})
+
+
+def test_a_column_numpy_cannot_make_comes_back_as_a_list(tmp_path):
+    """Empty tensors with a dimension near 2**62 are valid records; stacking two would make
+    an array numpy cannot address: get_batch returns that field as a list of the values
+    (an ``out`` for it is refused naming the field), not numpy's bare error."""
+    path = tmp_path / "f.evs"
+    with evs.Writer(path) as w:
+        w.extend([[np.zeros((0, 2**59)), k] for k in range(3)])
+    with evs.open(path) as ds:
+        for _ in range(2):  # the second time, with the layout learned
+            tensors, ints = ds.get_batch([0, 1, 2])
+            assert isinstance(tensors, list) and [t.shape for t in tensors] == [(0, 2**59)] * 3
+            assert ints.tolist() == [0, 1, 2]
+        with pytest.raises(ValueError, match="field 0"):
+            ds.get_batch([0, 1], out={0: np.zeros((2, 0, 1))})

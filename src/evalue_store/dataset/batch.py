@@ -78,6 +78,17 @@ def _as_numpy(target: Any) -> np.ndarray:
     raise TypeError(f"an out buffer is a numpy array or a torch tensor, not {kind}")
 
 
+class OutRefused(ValueError):
+    """An ``out`` buffer that does not fit its field: the batch path that asked stands
+    aside, and the record-by-record path, which knows each record's values, says so (a
+    layout learned from another record of the same length may have asked wrongly)."""
+
+
+class Unstackable(ValueError):
+    """A column numpy cannot make (more elements than it can address: an empty tensor with
+    a dimension near 2**63): the record-by-record path returns that field as a list."""
+
+
 class Allocator:
     """Hands out the buffer of each stacked column: the caller's ``out`` when given (checked
     to fit), else ``new(shape, dtype)`` (np.empty by default)."""
@@ -92,7 +103,10 @@ class Allocator:
     def __call__(self, k: int, shape: tuple, dtype: np.dtype) -> np.ndarray:
         full = (self.count, *shape)
         if k not in self.outs:
-            return self.new(full, dtype)
+            try:
+                return self.new(full, dtype)
+            except ValueError as exc:  # numpy's "array is too big"
+                raise Unstackable(f"{self.label(k)}: {exc}") from None
         array = _as_numpy(self.outs[k])
         problem = None
         if array.dtype != dtype:
@@ -104,7 +118,7 @@ class Allocator:
         elif not array.flags.writeable:
             problem = "read-only"
         if problem:
-            raise ValueError(f"out for {self.label(k)}: {problem}")
+            raise OutRefused(f"out for {self.label(k)}: {problem}")
         return array
 
     def empty(self, k: int) -> None:
@@ -117,13 +131,16 @@ class Allocator:
 
     def refuse_list(self, k: int, why: str) -> None:
         if k in self.outs:
-            raise ValueError(f"out for {self.label(k)}: its values do not stack ({why})")
+            raise OutRefused(f"out for {self.label(k)}: its values do not stack ({why})")
 
 
 def read_columns(ds: Any, positions: np.ndarray, alloc: Allocator) -> list:
     """The batch of records ``positions`` of one Dataset, as columns by field position."""
     if len(positions):
-        columns = _by_layout(ds, positions, alloc)
+        try:
+            columns = _by_layout(ds, positions, alloc)
+        except (OutRefused, Unstackable):
+            columns = None  # the record-by-record path says which field, or makes a list
         if columns is not None:
             return columns
     return stack_records(ds._get_positions(positions.tolist()), positions.tolist(), alloc)
@@ -352,7 +369,11 @@ def _stack(values: list, k: int, alloc: Allocator) -> Any:
     if kind is np.ndarray:
         shape = first.shape
         if one_kind and set(map(_DTYPE_AND_SHAPE, values)) == {(first.dtype, shape)}:
-            out = alloc(k, shape, first.dtype)
+            try:
+                out = alloc(k, shape, first.dtype)
+            except Unstackable as exc:
+                alloc.refuse_list(k, str(exc))
+                return values
             if shape:  # rows of the values laid end to end: one copy loop in C
                 np.concatenate(values, out=out.reshape(len(values) * shape[0], *shape[1:]))
             else:

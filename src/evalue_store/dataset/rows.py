@@ -64,12 +64,15 @@ class _Batch:
             else:
                 return None
         rows = max(1, min(BATCH_ROWS, BATCH_BYTES // max(nbytes, 1)))
-        fields = [
-            (type(value), [None] * rows, None, None, None)
-            if shape is None
-            else (np.ndarray, np.empty((rows, *shape[1]), shape[0]), *shape)
-            for value, shape in zip(row, shapes)
-        ]
+        try:
+            fields = [
+                (type(value), [None] * rows, None, None, None)
+                if shape is None
+                else (np.ndarray, np.empty((rows, *shape[1]), shape[0]), *shape)
+                for value, shape in zip(row, shapes)
+            ]
+        except ValueError:  # a column numpy cannot address (an empty tensor, a dim near
+            return None  # 2**63): such rows are appended one by one
         return cls(fields, rows)
 
     def take(self, row: Any) -> bool:
