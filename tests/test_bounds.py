@@ -759,3 +759,19 @@ def test_earlier_footers_naming_overlapping_blocks_are_checked_once(tmp_path):
         timeout=10,
     )
     assert out.startswith("[1]") and "overlapping blocks" in out
+
+
+def test_a_socket_is_refused_as_a_file_that_is_not_regular(tmp_path):
+    """A Unix socket at the path (the kernel will not open one: ENXIO): open, open_shards,
+    recover and a Writer in mode "a" raise FormatError, as for a FIFO, not OSError."""
+    import socket
+
+    path = tmp_path / "s.evs"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        server.bind(str(path))
+        for action in (evs.open, evs.open_shards, evs.recover, lambda p: evs.Writer(p, "a")):
+            with pytest.raises(evs.FormatError, match="not a regular file"):
+                action(path)
+    finally:
+        server.close()

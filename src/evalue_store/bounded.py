@@ -19,6 +19,7 @@ import numpy as np
 
 from .container import ENTRY_DTYPE, ENTRY_SIZE, FRAME_SIZE, Checksum, Segment
 from .errors import NOT_A_CONTAINER, FormatError
+from .files import open_path
 
 CHUNK = 1 << 20  # bytes read at a time
 SHADOWED = "starts before an earlier record's frame ends (frames must be in file order)"
@@ -31,7 +32,7 @@ def open_regular(path: str) -> int:
     FIFO would wait for a writer forever, and a device or socket has no size to trust.
     The open itself does not block (O_NONBLOCK, cleared once the file is known regular)."""
     nonblock = getattr(os, "O_NONBLOCK", 0)
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0) | nonblock)
+    fd = open_path(path, os.O_RDONLY | getattr(os, "O_BINARY", 0) | nonblock)
     try:
         mode = os.fstat(fd).st_mode
         if stat.S_ISDIR(mode):

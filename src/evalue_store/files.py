@@ -27,7 +27,7 @@ import sys
 from collections.abc import Iterator
 from typing import IO, Any
 
-from .errors import WriterLockedError
+from .errors import NOT_A_CONTAINER, FormatError, WriterLockedError
 
 # Errors from fsync on a directory that mean "this filesystem does not do that", not "the
 # data may be lost": the file's own fsync is all such a filesystem offers.
@@ -90,6 +90,18 @@ def same_file(fd: int, path: str) -> bool:
     return (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)
 
 
+def open_path(path: str, flags: int, mode: int = 0o644) -> int:
+    """``os.open``, where a path that names a socket (or a device without a driver), which
+    the kernel refuses to open (ENXIO), is a FormatError like any file that is not regular."""
+    try:
+        return os.open(path, flags, mode)
+    except OSError as exc:
+        if exc.errno != errno.ENXIO:
+            raise
+        reason = "not a regular file (a socket, or a device without a driver)"
+        raise FormatError(reason, None, path, code=NOT_A_CONTAINER) from None
+
+
 def open_locked(path: str, flags: int, mode: int = 0o644) -> int:
     """Open ``path`` with ``flags`` and hold its writer lock; returns the descriptor.
 
@@ -99,7 +111,7 @@ def open_locked(path: str, flags: int, mode: int = 0o644) -> int:
     and the open is retried if it does not.
     """
     for _ in range(100):
-        fd = os.open(path, flags, mode)
+        fd = open_path(path, flags, mode)
         try:
             lock(fd, path)
             if same_file(fd, path):
