@@ -159,7 +159,8 @@ def test_scan_matches_generic_decoder(tmp_path_factory, kinds, plan, alignment):
 
 
 class Counting:
-    """A dataset's compiled reader (``ds._fast``), counting the records it serves."""
+    """A dataset's compiled reader (``ds._fast``, and ``ds._fast_get``: its get), counting the
+    records it serves."""
 
     def __init__(self, fast):
         self.fast, self.served = fast, 0
@@ -190,6 +191,7 @@ def test_scan_views_are_zero_copy_writable_and_private(tmp_path):
         writer.extend(recs[700:])
     with evs.open(path) as ds:
         fast = ds._fast = Counting(ds._fast)
+        ds._fast_get = fast.get  # (ds[i] calls the compiled get through this)
         got = list(ds)
         assert fast.served == 1500 - 512  # the first chunk's taught the layout
         assert [ds[i] is not None for i in range(5)] and fast.served == 1500 - 512 + 5
