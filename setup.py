@@ -15,8 +15,11 @@ setup(
             sources=[
                 "src/evalue_store/_native.cc",
                 "src/evalue_store/_native_mapped.cc",
+                "src/evalue_store/_native_layout.cc",
                 "src/evalue_store/_native_batch.cc",
                 "src/evalue_store/_native_zstd.cc",
+                "src/evalue_store/_native_zstd_frame.cc",
+                "src/evalue_store/_native_zstd_checks.cc",
                 "cpp/src/crc.cc",
             ],
             include_dirs=["cpp/include", numpy.get_include()],
