@@ -15,8 +15,11 @@ setup(
             sources=[
                 "src/evalue_store/_native.cc",
                 "src/evalue_store/_native_mapped.cc",
+                "src/evalue_store/_native_layout.cc",
                 "src/evalue_store/_native_batch.cc",
                 "src/evalue_store/_native_zstd.cc",
+                "src/evalue_store/_native_zstd_frame.cc",
+                "src/evalue_store/_native_zstd_checks.cc",
                 "src/evalue_store/_native_gather.cc",
                 "cpp/src/crc.cc",
             ],

@@ -10,7 +10,8 @@
 #include <cstdint>
 #include <cstring>
 
-// _native_mapped.cc: the type Mapped (ds[i] of a plain mapped file in one call).
+// _native_mapped.cc: the type Mapped (ds[i] of a plain mapped file in one call; its record
+// layouts: _native_layout.cc).
 int add_mapped_type(PyObject* module);
 
 // _native_batch.cc: the type BatchPlan (get_batch's records of one layout, one pass each).
@@ -18,7 +19,8 @@ int add_batch_type(PyObject* module);
 
 namespace evalue_store_native {
 
-// _native_zstd.cc: the ZstdGet and ZstdFrame types (ds[i] of a compressed file's frame).
+// _native_zstd.cc: the ZstdGet and ZstdFrame types (ds[i] of a compressed file's frame;
+// with _native_zstd_frame.cc and _native_zstd_checks.cc).
 int add_zstd(PyObject* module);
 
 // Where a ZstdGet found record i of a compressed file: its frame's decompressed bytes

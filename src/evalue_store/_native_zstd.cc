@@ -16,18 +16,20 @@
 // from a private copy of its bytes (a mapping's export is never held while other threads
 // run: it would stop the file from being closed), with a decoder taken from a pool (one
 // per concurrent call; a zstd context must never be shared) and given back after.
-#include "_native_parts.h"
-
-#include <zstd.h>
+//
+// Its files: this one, the type (its arguments, the locator's lookup, the cache's methods);
+// _native_zstd.h, its state and cache; _native_zstd_frame.cc, the ZstdFrame type and the
+// decompression; _native_zstd_checks.cc, the frame checks that need no decoding.
+#include "_native_zstd.h"
 
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
-#include <list>
+#include <iterator>
 #include <new>
-#include <unordered_map>
 #include <vector>
 
+#include "_native_zstd_checks.h"
 #include "evalue_store/reader.h"
 
 namespace evs = evalue_store;
@@ -35,284 +37,24 @@ namespace evs = evalue_store;
 namespace evalue_store_native {
 namespace {
 
-constexpr uint32_t kZstdMagic = 0xFD2FB528;
-constexpr uint8_t kOwnDescriptor = 0x64;  // 2-byte content size, single segment, checksum
-constexpr uint64_t kBlockSizeMax = 128 * 1024;
 constexpr int64_t kSmallFrame = 256 << 10;  // frames up to this span are read here
-constexpr int kWindowLogMax = 31;
 constexpr int64_t kGroup = 16;  // locators per checksummed group
 constexpr int64_t kLocatorSize = 24;  // logical u64, physical u64, span u32, position u32
 constexpr int64_t kGroupBytes = kGroup * kLocatorSize + 4;
 constexpr int64_t kSkippableHeader = 8;
 constexpr int64_t kRunLimit = int64_t{1} << 48;  // run fields beyond this: not served here
-constexpr size_t kPoolMax = 8;
 
 uint32_t g_crc_residue = 0;  // CRC-32C of bytes followed by their CRC
 
-uint64_t le(const uint8_t* p, int n) {
-  uint64_t v = 0;
-  for (int k = n - 1; k >= 0; --k) v = v << 8 | p[k];
-  return v;
-}
-
-// The content size of the zstd frame that fills exactly [p, p + n), after every check that
-// needs no decoding (zframe.check_frame's rules: magic, a recorded content size no larger
-// than ``cap`` nor than its blocks can produce, a content checksum, blocks within
-// Block_Maximum_Size); -1 if it breaks one.
-int64_t checked_size(const uint8_t* p, int64_t n, uint64_t cap) {
-  if (n < 9 || le(p, 4) != kZstdMagic) return -1;
-  int64_t header;
-  uint64_t size, window;
-  if (p[4] == kOwnDescriptor) {
-    header = 7;
-    size = le(p + 5, 2) + 256;
-    window = size;
-  } else {
-    static const int did_sizes[] = {0, 1, 2, 4}, fcs_sizes[] = {0, 2, 4, 8};
-    const uint8_t fhd = p[4];
-    if (fhd & 0x08) return -1;  // reserved bit
-    const bool single = fhd & 0x20;
-    const int64_t pos = single ? 5 : 6;
-    const int did = did_sizes[fhd & 3], fcs_flag = fhd >> 6;
-    const int fcs = single && !fcs_flag ? 1 : fcs_sizes[fcs_flag];
-    header = pos + did + fcs;
-    if (n < header || fcs == 0 || !(fhd & 0x04)) return -1;  // no content size, no checksum
-    const uint8_t* at = p + pos + did;
-    size = fcs == 2 ? le(at, 2) + 256 : le(at, fcs);
-    if (single) {
-      window = size;
-    } else {
-      const int log = 10 + (p[5] >> 3);
-      if (log > kWindowLogMax) return -1;
-      const uint64_t base = uint64_t{1} << log;
-      window = base + (base >> 3) * (p[5] & 7);
-    }
-  }
-  if (size > cap) return -1;
-  const uint64_t block_max = std::min(window, kBlockSizeMax);
-  if (header + 3 <= n) {  // one compressed block, the last: a small frame's usual form
-    const uint64_t block = le(p + header, 3);
-    if ((block & 7) == 5 && block >> 3 <= block_max && size <= block_max &&
-        header + 7 + static_cast<int64_t>(block >> 3) == n)
-      return static_cast<int64_t>(size);
-  }
-  int64_t pos = header;  // walk the blocks (each at least 3 bytes: bounded by n)
-  uint64_t lo = 0, hi = 0;
-  while (true) {
-    if (pos + 3 > n) return -1;
-    const uint64_t block = le(p + pos, 3);
-    pos += 3;
-    const uint64_t type = (block >> 1) & 3, block_size = block >> 3;
-    if (block_size > block_max || type == 3) return -1;
-    if (type == 0) {
-      pos += static_cast<int64_t>(block_size);
-      lo += block_size;
-      hi += block_size;
-    } else if (type == 1) {
-      pos += 1;
-      lo += block_size;
-      hi += block_size;
-    } else {
-      pos += static_cast<int64_t>(block_size);
-      hi += block_max;
-    }
-    if (block & 1) break;
-  }
-  if (pos + 4 != n || size < lo || size > hi) return -1;
-  return static_cast<int64_t>(size);
-}
-
-// True if the compressed block [p, p + n) sets the reserved bits of its
-// Symbol_Compression_Modes (RFC 8878 section 3.1.1.3.2.1: they must be zero). libzstd
-// checks this from 1.5.6 on; an older system libzstd decodes such a block, while the
-// general path's decoder (python-zstandard's, newer) rejects it: checked here so that both
-// paths accept the same frames. Bytes a header claims beyond the block: not this check's
-// (the decoder rejects them).
-bool reserved_modes(const uint8_t* p, int64_t n) {
-  if (n < 1) return false;
-  const int type = p[0] & 3, format = (p[0] >> 2) & 3;
-  int64_t header, content;  // the literals section's header and content sizes
-  if (type < 2) {  // raw or RLE literals
-    header = format == 1 ? 2 : format == 3 ? 3 : 1;
-    if (n < header) return false;
-    const int64_t regenerated = format == 1   ? le(p, 2) >> 4
-                                : format == 3 ? le(p, 3) >> 4
-                                              : p[0] >> 3;
-    content = type == 0 ? regenerated : 1;
-  } else {  // compressed or treeless: 10, 14 or 18-bit sizes
-    header = format < 2 ? 3 : format == 2 ? 4 : 5;
-    if (n < header) return false;
-    const int bits = format < 2 ? 10 : format == 2 ? 14 : 18;
-    content = static_cast<int64_t>((le(p, static_cast<int>(header)) >> (4 + bits)) &
-                                   ((uint64_t{1} << bits) - 1));
-  }
-  int64_t at = header + content;  // Number_of_Sequences
-  if (at >= n) return false;
-  const uint8_t b = p[at];
-  if (b == 0) return false;  // no sequences: no modes byte
-  at += b < 128 ? 1 : b < 255 ? 2 : 3;
-  return at < n && (p[at] & 3) != 0;
-}
-
-// True if any compressed block of the zstd frame [p, p + n) with blocks from ``header``
-// sets reserved mode bits (the frame has passed checked_size: its blocks lie inside it).
-bool any_reserved_modes(const uint8_t* p, int64_t n, int64_t header) {
-  int64_t pos = header;
-  while (pos + 3 <= n) {
-    const uint64_t block = le(p + pos, 3);
-    const int64_t type = (block >> 1) & 3, size = static_cast<int64_t>(block >> 3);
-    pos += 3;
-    if (type == 2 && reserved_modes(p + pos, std::min(size, n - pos))) return true;
-    pos += type == 1 ? 1 : size;
-    if (block & 1) break;
-  }
-  return false;
-}
-
-// The header size of a frame checked_size accepted (its descriptor's fields).
-int64_t header_size(const uint8_t* p) {
-  if (p[4] == kOwnDescriptor) return 7;
-  static const int did_sizes[] = {0, 1, 2, 4}, fcs_sizes[] = {0, 2, 4, 8};
-  const uint8_t fhd = p[4];
-  const bool single = fhd & 0x20;
-  const int fcs_flag = fhd >> 6;
-  return (single ? 5 : 6) + did_sizes[fhd & 3] + (single && !fcs_flag ? 1 : fcs_sizes[fcs_flag]);
-}
-
-// ------------------------------------------------------------------ ZstdFrame
-
-// A decompressed frame: its bytes placed so that a logical offset that is a multiple of the
-// alignment is an aligned address (tensors keep their file alignment); exported read-only.
-struct Frame {
-  PyObject_VAR_HEAD Py_ssize_t shift;
-  Py_ssize_t size;
-  char bytes[1];
-};
-
-int frame_getbuffer(PyObject* self, Py_buffer* view, int flags) {
-  auto* f = reinterpret_cast<Frame*>(self);
-  return PyBuffer_FillInfo(view, self, f->bytes + f->shift, f->size, 1, flags);
-}
-
-PyBufferProcs frame_buffer = {frame_getbuffer, nullptr};
-PyTypeObject FrameType = {PyVarObject_HEAD_INIT(nullptr, 0)};
 PyTypeObject GetType = {PyVarObject_HEAD_INIT(nullptr, 0)};
 
-// ------------------------------------------------------------------ ZstdGet
-
-struct Run {
-  int64_t offset, first, count;  // offset -1: beyond kRunLimit, never served here
-};
-
-struct Cached {
-  int64_t key;     // the frame's file offset
-  PyObject* length;  // its compressed length, as given
-  PyObject* buf;   // its decompressed bytes (a buffer)
-  int64_t nbytes;
-};
-
-struct State {
-  PyObject* map = nullptr;    // the file's mapping, or None-equivalent nullptr
-  PyObject* pread = nullptr;  // reader.pread(offset, n), used when there is no mapping
-  PyObject* format_error = nullptr;  // what pread raises for a changed remote object
-  std::vector<Run> runs;
-  int64_t layout_end = 0, cap = 0, small_cap = 0, cache_bytes = 0, alignment = 64;
-  ZSTD_DDict* ddict = nullptr;
-  ZSTD_DCtx* dctx = nullptr;       // used with the GIL held, so by one call at a time
-  std::vector<ZSTD_DCtx*> pool;    // for decompressions without the GIL
-  std::list<Cached> lru;           // least recently used first
-  std::unordered_map<int64_t, std::list<Cached>::iterator> where;
-  int64_t cached = 0;
-  // The frame ``locate`` decompressed last when it held its record alone: the LRU keeps
-  // frames other records are read from, and evicting its oldest one for such a frame
-  // costs a random get more than the frame could save (cold memory; no other record is
-  // in it). Kept here, a read of the same record again still finds it.
-  Cached last{-1, nullptr, nullptr, 0};
-
-  ~State() {
-    clear();
-    Py_CLEAR(map);
-    Py_CLEAR(pread);
-    Py_CLEAR(format_error);
-    for (ZSTD_DCtx* d : pool) ZSTD_freeDCtx(d);
-    ZSTD_freeDCtx(dctx);
-    ZSTD_freeDDict(ddict);
-  }
-
-  ZSTD_DCtx* new_dctx() const {
-    ZSTD_DCtx* d = ZSTD_createDCtx();
-    if (d != nullptr && ddict != nullptr && ZSTD_isError(ZSTD_DCtx_refDDict(d, ddict))) {
-      ZSTD_freeDCtx(d);
-      return nullptr;
-    }
-    return d;
-  }
-
-  void drop(std::list<Cached>::iterator it) {  // (the references go after the bookkeeping)
-    PyObject *length = it->length, *buf = it->buf;
-    cached -= it->nbytes;
-    where.erase(it->key);
-    lru.erase(it);
-    Py_DECREF(length);
-    Py_DECREF(buf);
-  }
-
-  // Makes ``entry`` (new references taken) the last lone frame, or none (key -1).
-  void set_last(Cached entry) {
-    Py_XINCREF(entry.length);
-    Py_XINCREF(entry.buf);
-    const Cached old = last;
-    last = entry;
-    Py_XDECREF(old.length);
-    Py_XDECREF(old.buf);
-  }
-
-  void clear() {
-    set_last(Cached{-1, nullptr, nullptr, 0});
-    while (!lru.empty()) drop(lru.begin());
-  }
-
-  // Keeps ``buf`` (new references taken) as the frame at ``key``, evicting the least
-  // recently used frames while over ``cache_bytes`` (the newest always stays).
-  void remember(int64_t key, PyObject* length, PyObject* buf, int64_t nbytes) {
-    if (key == last.key) set_last(Cached{-1, nullptr, nullptr, 0});
-    auto found = where.find(key);
-    if (found != where.end()) drop(found->second);
-    Py_INCREF(length);
-    Py_INCREF(buf);
-    lru.push_back(Cached{key, length, buf, nbytes});
-    where[key] = std::prev(lru.end());
-    cached += nbytes;
-    while (cached > cache_bytes && lru.size() > 1) drop(lru.begin());
-  }
-
-  const Cached* find(int64_t key) {  // the cached frame at ``key`` (made the newest) or null
-    if (key == last.key) return &last;
-    auto found = where.find(key);
-    if (found == where.end()) return nullptr;
-    lru.splice(lru.end(), lru, found->second);
-    return &*found->second;
-  }
-};
-
 struct Get {
-  PyObject_HEAD State* s;
-};
-
-// ``n`` bytes at file offset ``at``, from the mapping (an export held while this lives:
-// with the GIL held, no other thread can close the file meanwhile) or a pread.
-struct Bytes {
-  Py_buffer view{};
-  bool held = false;
-  const uint8_t* p = nullptr;
-  ~Bytes() {
-    if (held) PyBuffer_Release(&view);
-  }
+  PyObject_HEAD ZstdState* s;
 };
 
 // 1: ``out`` holds the n bytes at ``at``; 0: they cannot be read so (short, a closed
 // mapping, a pread that raised FormatError): the general path says why; -1: an error.
-int read_bytes(State& s, int64_t at, int64_t n, Bytes* out) {
+int read_bytes(ZstdState& s, int64_t at, int64_t n, Bytes* out) {
   if (s.map != nullptr) {
     if (PyObject_GetBuffer(s.map, &out->view, PyBUF_SIMPLE) != 0) {
       PyErr_Clear();  // a mapping closed by close(): the general path raises
@@ -344,51 +86,10 @@ int read_bytes(State& s, int64_t at, int64_t n, Bytes* out) {
   return 1;
 }
 
-// Decompresses the frame [p, p + span) into a new Frame of exactly ``size`` bytes placed
-// for logical offset ``start``; nullptr (no error set) if the decoder rejects it or it
-// gives another size; nullptr with an error set if memory runs out.
-PyObject* decompress(State& s, Bytes& in, int64_t span, int64_t size, uint64_t start) {
-  const int64_t align = s.alignment;
-  Frame* f = PyObject_NewVar(Frame, &FrameType, size + align);
-  if (f == nullptr) return nullptr;
-  const auto address = reinterpret_cast<uintptr_t>(f->bytes);
-  f->shift = static_cast<Py_ssize_t>((start - address) & static_cast<uint64_t>(align - 1));
-  f->size = size;
-  char* dst = f->bytes + f->shift;
-  size_t r;
-  if (size < kReleaseGil) {
-    r = ZSTD_decompressDCtx(s.dctx, dst, size, in.p, span);
-  } else {
-    std::vector<uint8_t> copy(in.p, in.p + span);  // no export is held without the GIL
-    PyBuffer_Release(&in.view);
-    in.held = false;
-    ZSTD_DCtx* d;
-    if (s.pool.empty()) {
-      d = s.new_dctx();
-      if (d == nullptr) {
-        Py_DECREF(f);
-        PyErr_NoMemory();
-        return nullptr;
-      }
-    } else {
-      d = s.pool.back();
-      s.pool.pop_back();
-    }
-    Py_BEGIN_ALLOW_THREADS r = ZSTD_decompressDCtx(d, dst, size, copy.data(), span);
-    Py_END_ALLOW_THREADS if (s.pool.size() < kPoolMax) s.pool.push_back(d);
-    else ZSTD_freeDCtx(d);
-  }
-  if (ZSTD_isError(r) || r != static_cast<size_t>(size)) {
-    Py_DECREF(f);
-    return nullptr;
-  }
-  return reinterpret_cast<PyObject*>(f);
-}
-
 PyObject* get_new(PyTypeObject* type, PyObject*, PyObject*) {
   Get* self = reinterpret_cast<Get*>(type->tp_alloc(type, 0));
   if (self == nullptr) return nullptr;
-  self->s = new (std::nothrow) State();
+  self->s = new (std::nothrow) ZstdState();
   if (self->s == nullptr) {
     Py_DECREF(self);
     return PyErr_NoMemory();
@@ -401,7 +102,7 @@ void get_dealloc(PyObject* self) {
   Py_TYPE(self)->tp_free(self);
 }
 
-bool set_alignment(State& s, long long alignment) {
+bool set_alignment(ZstdState& s, long long alignment) {
   if (alignment < 1 || alignment > (1 << 16) || (alignment & (alignment - 1))) {
     PyErr_Format(PyExc_ValueError, "alignment %lld is not a power of two in [1, 65536]",
                  alignment);
@@ -414,7 +115,7 @@ bool set_alignment(State& s, long long alignment) {
 int get_init(PyObject* self, PyObject* args, PyObject* kwargs) {
   static const char* keywords[] = {"dictionary", "runs",      "layout_end", "cap",
                                    "cache_bytes", "alignment", "format_error", nullptr};
-  State& s = *reinterpret_cast<Get*>(self)->s;
+  ZstdState& s = *reinterpret_cast<Get*>(self)->s;
   PyObject *dictionary, *runs, *format_error;
   long long layout_end, cap, cache_bytes, alignment;
   if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOLLLLO:ZstdGet", const_cast<char**>(keywords),
@@ -493,12 +194,11 @@ int get_init(PyObject* self, PyObject* args, PyObject* kwargs) {
 
 }  // namespace
 
-bool is_zstd_frame(PyObject* obj) { return Py_TYPE(obj) == &FrameType; }
 
 bool is_zstd_get(PyObject* obj) { return Py_TYPE(obj) == &GetType; }
 
 int locate(PyObject* zget, long long i, Located* out) {
-  State& s = *reinterpret_cast<Get*>(zget)->s;
+  ZstdState& s = *reinterpret_cast<Get*>(zget)->s;
   auto run_at = std::upper_bound(s.runs.begin(), s.runs.end(), i,
                                  [](long long v, const Run& r) { return v < r.first; });
   if (i < 0 || run_at == s.runs.begin()) return 0;
@@ -622,7 +322,7 @@ PyObject* record_frame(PyObject* self, PyObject* arg) {
 // cached(phys) -> (length, buffer) | None: the frame at file offset ``phys`` if cached
 // (then the most recently used).
 PyObject* cached(PyObject* self, PyObject* arg) {
-  State& s = *reinterpret_cast<Get*>(self)->s;
+  ZstdState& s = *reinterpret_cast<Get*>(self)->s;
   const long long key = PyLong_AsLongLong(arg);
   if (key == -1 && PyErr_Occurred()) return nullptr;
   const Cached* found = s.find(key);
@@ -634,7 +334,7 @@ PyObject* cached(PyObject* self, PyObject* arg) {
 
 // remember(phys, length, buffer): keeps a frame the general path decompressed.
 PyObject* remember(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
-  State& s = *reinterpret_cast<Get*>(self)->s;
+  ZstdState& s = *reinterpret_cast<Get*>(self)->s;
   if (nargs != 3)
     return PyErr_Format(PyExc_TypeError, "remember(phys, length, buffer): %zd arguments", nargs);
   const long long key = PyLong_AsLongLong(args[0]);
@@ -649,7 +349,7 @@ PyObject* remember(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
 
 // reset(alignment): empties the cache and places later frames for ``alignment``.
 PyObject* reset(PyObject* self, PyObject* arg) {
-  State& s = *reinterpret_cast<Get*>(self)->s;
+  ZstdState& s = *reinterpret_cast<Get*>(self)->s;
   const long long alignment = PyLong_AsLongLong(arg);
   if (alignment == -1 && PyErr_Occurred()) return nullptr;
   if (!set_alignment(s, alignment)) return nullptr;
@@ -660,7 +360,7 @@ PyObject* reset(PyObject* self, PyObject* arg) {
 // read_from(map, pread): the file's bytes, from a mapping (a buffer; None: none) or else
 // through pread(offset, n).
 PyObject* read_from(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
-  State& s = *reinterpret_cast<Get*>(self)->s;
+  ZstdState& s = *reinterpret_cast<Get*>(self)->s;
   if (nargs != 2)
     return PyErr_Format(PyExc_TypeError, "read_from(map, pread): %zd arguments", nargs);
   if (args[0] != Py_None && !PyObject_CheckBuffer(args[0]))
@@ -676,7 +376,7 @@ PyObject* read_from(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
 
 // close(): forgets the file and the cache; record_frame is None from then on.
 PyObject* close(PyObject* self, PyObject*) {
-  State& s = *reinterpret_cast<Get*>(self)->s;
+  ZstdState& s = *reinterpret_cast<Get*>(self)->s;
   Py_CLEAR(s.map);
   Py_CLEAR(s.pread);
   s.clear();
@@ -684,12 +384,12 @@ PyObject* close(PyObject* self, PyObject*) {
 }
 
 PyObject* cached_bytes(PyObject* self, void*) {
-  const State& s = *reinterpret_cast<Get*>(self)->s;
+  const ZstdState& s = *reinterpret_cast<Get*>(self)->s;
   return PyLong_FromLongLong(s.cached + s.last.nbytes);
 }
 
 PyObject* cached_frames(PyObject* self, void*) {
-  const State& s = *reinterpret_cast<Get*>(self)->s;
+  const ZstdState& s = *reinterpret_cast<Get*>(self)->s;
   return PyLong_FromSize_t(s.lru.size() + (s.last.buf != nullptr));
 }
 
@@ -720,13 +420,8 @@ PyGetSetDef get_getset[] = {
 int add_zstd(PyObject* module) {
   static const uint8_t zeros[4] = {};
   g_crc_residue = evs::crc32c(zeros, sizeof zeros, 0);
-  if (FrameType.tp_name == nullptr) {
-    FrameType.tp_name = "evalue_store._native.ZstdFrame";
-    FrameType.tp_doc = "A decompressed frame's bytes (read-only buffer), placed aligned.";
-    FrameType.tp_basicsize = offsetof(Frame, bytes);
-    FrameType.tp_itemsize = 1;
-    FrameType.tp_flags = Py_TPFLAGS_DEFAULT;
-    FrameType.tp_as_buffer = &frame_buffer;
+  if (add_zstd_frame(module) < 0) return -1;  // ZstdFrame: _native_zstd_frame.cc
+  if (GetType.tp_name == nullptr) {
     GetType.tp_name = "evalue_store._native.ZstdGet";
     GetType.tp_doc =
         "ZstdGet(dictionary, runs, layout_end, cap, cache_bytes, alignment, format_error)\n\n"
@@ -739,10 +434,8 @@ int add_zstd(PyObject* module) {
     GetType.tp_dealloc = get_dealloc;
     GetType.tp_methods = get_methods;
     GetType.tp_getset = get_getset;
-    if (PyType_Ready(&FrameType) < 0 || PyType_Ready(&GetType) < 0) return -1;
+    if (PyType_Ready(&GetType) < 0) return -1;
   }
-  if (PyModule_AddObjectRef(module, "ZstdFrame", reinterpret_cast<PyObject*>(&FrameType)) < 0)
-    return -1;
   return PyModule_AddObjectRef(module, "ZstdGet", reinterpret_cast<PyObject*>(&GetType));
 }
 
