@@ -15,7 +15,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
@@ -110,19 +109,6 @@ class Case:
             return False
         assert contents(self.trial / "out.evs") == self.want, f"{what}: OUT neither old nor new"
         return True
-
-
-@pytest.fixture
-def scratch(tmp_path):
-    """A folder in memory when there is one: fsync is then free, and there are thousands."""
-    if not os.path.isdir("/dev/shm"):
-        yield tmp_path
-        return
-    folder = Path(tempfile.mkdtemp(dir="/dev/shm", prefix="evs-signals-"))
-    try:
-        yield folder
-    finally:
-        shutil.rmtree(folder)
 
 
 @pytest.mark.slow
