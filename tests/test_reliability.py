@@ -319,21 +319,21 @@ def _run_fsize(work: str, limit: int, big: bool = False) -> list:
 
 
 @pytest.mark.parametrize("compression", [None, "zstd"])
-def test_file_size_limit_mid_append_and_mid_commit(tmp_path, compression):
+def test_file_size_limit_mid_append_and_mid_commit(scratch, compression):
     """RLIMIT_FSIZE set at every 23rd byte of the next four commits: the write that hits it
     raises OSError (EFBIG) out of append() or commit(), the file opens at its last commit
     (or at the commit under way, if only its fsync was missing; or, when the failure was a
     big record's direct write, with the records before it, which close() then commits
     over the partial write), and once the limit is gone mode="a" recovers and appends."""
-    base = tmp_path / ("base.evs.zst" if compression else "base.evs")
+    base = scratch / ("base.evs.zst" if compression else "base.evs")
     with evs.Writer(base, compression=compression, frame_size=4096) as w:
         w.extend(record(i) for i in range(1, 4))  # record 0 is big: keep the file small
     start = os.path.getsize(base)
-    probe = tmp_path / "probe"
+    probe = scratch / "probe"
     shutil.copyfile(base, probe)
     assert _run_fsize(str(probe), 1 << 30)[-1][0] == b"F"
     full = os.path.getsize(probe)
-    work = str(tmp_path / ("w.evs.zst" if compression else "w.evs"))
+    work = str(scratch / ("w.evs.zst" if compression else "w.evs"))
     outcomes: dict[bytes, int] = {}
     limits = list(range(start, full, 23)) + [(start + full) // 2] * 2
     for k, limit in enumerate(limits):
@@ -358,7 +358,7 @@ def test_file_size_limit_mid_append_and_mid_commit(tmp_path, compression):
         with evs.open(work) as ds:
             assert len(ds) == n + 1 and ds.verify().ok
             assert all(same(ds[i], i + 1) for i in range(len(ds)))
-        for side in Path(tmp_path).glob("w.evs*.tail-*"):
+        for side in Path(scratch).glob("w.evs*.tail-*"):
             side.unlink()
     assert outcomes.get(b"E", 0) > 5 and outcomes.get(b"A", 0) >= 2, outcomes
 
