@@ -5,6 +5,8 @@ the Python and C++ readers share one implementation. It uses numpy's C API (its 
 come with the numpy that pip installs for the build) and the system libzstd. Everything
 else is in pyproject.toml."""
 
+import glob
+
 import numpy
 from setuptools import Extension, setup
 
@@ -23,6 +25,7 @@ setup(
                 "src/evalue_store/_native_gather.cc",
                 "cpp/src/crc.cc",
             ],
+            depends=sorted(glob.glob("src/evalue_store/_native*.h")),  # rebuilt when one changes
             include_dirs=["cpp/include", numpy.get_include()],
             libraries=["zstd"],  # the system libzstd (libzstd-dev)
             language="c++",

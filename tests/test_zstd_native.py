@@ -290,11 +290,12 @@ def test_get_is_one_compiled_call_and_its_tensors_hold_their_frame(tmp_path):
     assert np.array_equal(tensor, recs[7][0])  # the frame lives while a view does
 
 
-def test_a_frame_holding_one_record_skips_the_cache_yet_a_second_read_finds_it(tmp_path):
-    """Frames each holding one record are not put in the LRU cache (no other record is read
-    from them; random gets would only evict frames that are), but the last one is kept:
-    reading the same record again decompresses nothing. Frames holding several records are
-    cached as before."""
+def test_the_lru_keeps_frames_read_again_not_lone_or_once_read_ones(tmp_path):
+    """A frame enters the LRU cache only if other records are read from it and it was
+    decompressed once already lately: random reads that never come back (a file much
+    larger than the cache) do not churn the LRU, yet the last frame decompressed is kept
+    (the same record, or a neighbour, read again decompresses nothing), and frames read
+    again are cached from their second decompression on."""
     big = _records(200, seed=2)  # ~600-byte records, 512-byte frames: one record a frame
     small = [[np.arange(4), i] for i in range(200)]  # many a frame
     for name, recs in (("lone", big), ("shared", small)):
@@ -304,10 +305,17 @@ def test_a_frame_holding_one_record_skips_the_cache_yet_a_second_read_finds_it(t
             native, locate = ds._source._native, ds._source.record_frame
             ds[0], ds[1]
             before = native.cached_frames
-            for i in range(0, 200, 7):
+            picks = list(range(0, 200, 7))
+            for i in picks:  # first pass: every frame decompressed once
                 first = locate(i)[0].obj
                 assert locate(i)[0].obj is first  # the same decompressed frame
                 assert_same(ds[i], recs[i])
+            assert native.cached_frames <= before + 1  # only the last one is kept
+            for i in picks:  # second pass: decompressed again, and so cached if shared
+                locate(i)
+            kept = {i: locate(i)[0].obj for i in picks}
+            for i in picks:  # third pass: shared frames come from the LRU
+                assert (locate(i)[0].obj is kept[i]) == (name == "shared") or i == picks[-1]
             if name == "lone":
                 assert native.cached_frames <= before + 1
             else:

@@ -186,6 +186,7 @@ int get_init(PyObject* self, PyObject* args, PyObject* kwargs) {
   s.cap = cap;
   s.small_cap = std::min<long long>(cap, kBlockSizeMax);
   s.cache_bytes = cache_bytes;
+  s.set_seen(std::clamp<long long>(cache_bytes >> 10, 16, 1 << 16));
   Py_INCREF(format_error);
   Py_XSETREF(s.format_error, format_error);
   s.clear();
@@ -282,7 +283,7 @@ int locate(PyObject* zget, long long i, Located* out) {
     const uint64_t mask = static_cast<uint64_t>(s.alignment - 1);
     const uint64_t record_end = (kFrameSize + length + mask) & ~mask;  // the next record's
     const Cached entry{static_cast<int64_t>(phys), span_object, buf, size};
-    if (position == 0 && static_cast<uint64_t>(size) <= record_end)
+    if ((position == 0 && static_cast<uint64_t>(size) <= record_end) || !s.admit(entry.key))
       s.set_last(entry);
     else
       s.remember(entry.key, span_object, buf, size);
