@@ -31,8 +31,16 @@ class Scans:
     """The scans of ``Records`` (see the module's docstring)."""
 
     def __iter__(self) -> Iterator[list]:
-        # (Not wrapped by closing.reports_close: a generator around this one cost a scan
-        # about a microsecond a record.)
+        self._ensure_open()
+        if self._fast is not None and not self.as_dict:
+            return self._scan_mapped()  # (one generator less a record: the common scan)
+        return self._scan()
+
+    def _scan(self) -> Iterator[list]:
+        """``iter(self)``: a close() is checked before each record, and an error a read
+        raises because another thread closed the dataset is ClosedError (not wrapped by
+        closing.reports_close: a generator around this one costs the scan a frame switch
+        per record)."""
         try:
             self._ensure_open()
             if self._fast is not None:
@@ -65,18 +73,26 @@ class Scans:
         them); each it cannot serve (a layout not yet learned, a failed check) is read by
         ``_record``, which learns the layout or says what is wrong."""
         first = reach = 0
-        for seg in self._segments:
-            entries = self._segment_array(seg)
-            for lo in range(0, seg.count, SCAN_CHUNK):
-                chunk = entries[lo : lo + SCAN_CHUNK]
-                good, reach = self._shadow_check(chunk, reach)
-                records = self._fast.decode_entries(chunk[:good])
-                for i, values in enumerate(records, first + lo):
-                    yield values if values is not None else self._record(i)
-                if good < len(chunk):
-                    at = int(chunk[good]["offset"])
-                    raise FormatError(SHADOWED, at, self.path, record=first + lo + good, code=INDEX)
-            first += seg.count
+        try:
+            for seg in self._segments:
+                entries = self._segment_array(seg)
+                for lo in range(0, seg.count, SCAN_CHUNK):
+                    chunk = entries[lo : lo + SCAN_CHUNK]
+                    good, reach = self._shadow_check(chunk, reach)
+                    records = self._fast.decode_entries(chunk[:good])
+                    for i, values in enumerate(records, first + lo):
+                        if self._source is None:  # closed: no record after it, even of
+                            raise ClosedError(f"{self.path}: dataset is closed")  # a chunk
+                        yield values if values is not None else self._record(i)
+                    if good < len(chunk):
+                        at, k = int(chunk[good]["offset"]), first + lo + good
+                        raise FormatError(SHADOWED, at, self.path, record=k, code=INDEX)
+                first += seg.count
+        except Exception as exc:
+            closed = closed_meanwhile(self, exc)  # another thread closed the dataset
+            if closed is None:
+                raise
+            raise closed from exc
 
     def _runs(self, entries: np.ndarray) -> list[tuple[int, int]]:
         """[a, b) of each run of ``entries``: records of one payload length, each frame right
