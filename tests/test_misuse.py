@@ -566,3 +566,33 @@ def test_a_closed_readers_descriptor_stays_open_while_a_read_holds_it(tmp_path):
     del borrowed
     os.fstat(fd)
     os.close(fd)
+
+
+def test_closing_a_pread_reader_closes_its_descriptor_in_the_call(tmp_path, monkeypatch):
+    """With no read under way, close() closes the descriptor itself, so an interrupt or
+    an error of that close(2) reaches its caller (had it been left to the collector, it
+    would only be printed as "Exception ignored")."""
+    from evalue_store import byteio
+    from evalue_store.physical.plain import PreadSource
+
+    path = tmp_path / "f.bin"
+    path.write_bytes(bytes(4096))
+    for make in (
+        lambda fd: byteio.FdReader(fd, 4096, owns_fd=True),
+        lambda fd: PreadSource(fd, 4096, owns_fd=True),
+    ):
+        fd = os.open(path, os.O_RDONLY)
+        reader = make(fd)
+        real_close = os.close
+
+        def interrupted(number):
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(byteio.os, "close", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            reader.close()
+        monkeypatch.setattr(byteio.os, "close", real_close)
+        del reader
+        gc.collect()
+        os.fstat(fd)  # the interrupted close did not happen, and nothing closed it since
+        os.close(fd)

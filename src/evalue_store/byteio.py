@@ -15,6 +15,7 @@ import contextlib
 import errno
 import mmap
 import os
+import sys
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -44,10 +45,24 @@ class Descriptor:
     def __init__(self, number: int, owned: bool):
         self.number, self.owned = number, owned
 
-    def __del__(self) -> None:
+    def close(self) -> None:
         if self.owned:
+            self.owned = False  # (first: never closed twice)
+            os.close(self.number)
+
+    def __del__(self) -> None:
+        if self.owned:  # a read under way held it when its reader was closed
             with contextlib.suppress(OSError):
                 os.close(self.number)
+
+
+def let_go(held: Descriptor | None) -> None:
+    """A reader's ``close()``, which has just dropped its hold on ``held``: the descriptor
+    is closed now (an error or an interrupt is the caller's) unless a read under way holds
+    it too, which closes it when done (CPython counts the holders: the caller's name, this
+    function's and getrefcount's argument are three)."""
+    if held is not None and sys.getrefcount(held) <= 3:
+        held.close()
 
 
 class FdReader:
@@ -81,7 +96,8 @@ class FdReader:
         return [self.pread(offset, n) for offset, n in ranges]
 
     def close(self) -> None:
-        self.held = None
+        held, self.held = self.held, None
+        let_go(held)
 
 
 class MapReader:

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from ..buffers import close_map, map_file
-from ..byteio import GATHER_GAP, Descriptor, Gather
+from ..byteio import GATHER_GAP, Descriptor, Gather, let_go
 from ..container import (
     ENTRY,
     ENTRY_SIZE,
@@ -180,7 +180,8 @@ class PreadSource(_PlainSource):
         return self.read(offset, n), 0
 
     def close(self) -> None:
-        self.held = None
+        held, self.held = self.held, None
+        let_go(held)
 
 
 def open_plain(fd: int, size: int, backend: str) -> tuple[Any, Header, Commit]:
