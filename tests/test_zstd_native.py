@@ -353,8 +353,10 @@ def test_gather_located_places_a_batch_as_ds_i_finds_it(tmp_path):
             _native.gather_located(object(), positions, align, 1 << 20)
         with pytest.raises(TypeError):
             _native.gather_located(zget, positions.astype(np.float64), align, 1 << 20)
-        with pytest.raises(TypeError):
+        with pytest.raises(ValueError, match="1-D"):
             _native.gather_located(zget, positions.reshape(2, 3), align, 1 << 20)
+        with pytest.raises(ValueError, match="1-D"):
+            _native.gather_located(zget, np.int64(3), align, 1 << 20)
         with pytest.raises(ValueError):
             _native.gather_located(zget, positions, 48, 1 << 20)
         with pytest.raises(TypeError):

@@ -52,8 +52,10 @@ void buffer_error(PyObject* obj, const char* name, const char* what) {
   }
 }
 
-// The int64 values of ``obj`` (a 1-D or 0-D int64 buffer) copied into ``out``; false with a
-// Python error set if it is not one.
+}  // namespace
+
+namespace evalue_store_native {  // (declared in _native_parts.h: _native_gather.cc uses it)
+
 bool int64_values(PyObject* obj, const char* name, std::vector<int64_t>* out, int* ndim) {
   Buffer v;
   if (!v.get(obj, PyBUF_FORMAT | PyBUF_ND)) {
@@ -74,6 +76,12 @@ bool int64_values(PyObject* obj, const char* name, std::vector<int64_t>* out, in
   if (v.b.len) std::memcpy(out->data(), v.b.buf, static_cast<size_t>(v.b.len));
   return true;
 }
+
+}  // namespace evalue_store_native
+
+namespace {
+
+using evalue_store_native::int64_values;
 
 using CrcFn = uint32_t (*)(const void*, size_t, uint32_t);
 

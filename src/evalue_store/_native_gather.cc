@@ -36,29 +36,16 @@ void store(uint8_t* p, uint64_t value, int n) {  // little-endian
   for (int k = 0; k < n; ++k) p[k] = static_cast<uint8_t>(value >> (8 * k));
 }
 
-// The int64 values of a C-contiguous 1-D buffer; false with an error set if it is not one.
-bool positions_of(PyObject* obj, std::vector<long long>* out) {
-  Buffer b;
-  if (!b.get(obj, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS)) return false;
-  const char* f = b.b.format == nullptr ? "B" : b.b.format;
-  if (*f == '=' || *f == '@' || *f == '<') ++f;
-  if (b.b.ndim != 1 || b.b.itemsize != 8 || (std::strcmp(f, "q") && std::strcmp(f, "l"))) {
-    PyErr_SetString(PyExc_TypeError, "positions must be a 1-D int64 array");
-    return false;
-  }
-  out->resize(static_cast<size_t>(b.b.len / 8));
-  std::memcpy(out->data(), b.b.buf, static_cast<size_t>(b.b.len));
-  return true;
-}
-
 // gather_located(zget, positions, alignment, limit)
 //   -> (entries, buffer, shift, size, places) | None
 PyObject* gather_located(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (nargs != 4)
     return PyErr_Format(PyExc_TypeError, "gather_located takes 4 arguments, not %zd", nargs);
   if (!is_zstd_get(args[0])) return PyErr_Format(PyExc_TypeError, "zget must be a ZstdGet");
-  std::vector<long long> positions;
-  if (!positions_of(args[1], &positions)) return nullptr;
+  std::vector<int64_t> positions;
+  int ndim = 0;
+  if (!int64_values(args[1], "positions", &positions, &ndim)) return nullptr;
+  if (ndim != 1) return PyErr_Format(PyExc_ValueError, "positions must be 1-D, not 0-D");
   const long long alignment = PyLong_AsLongLong(args[2]);
   const long long limit = PyLong_AsLongLong(args[3]);
   if (PyErr_Occurred()) return nullptr;
@@ -68,7 +55,7 @@ PyObject* gather_located(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   Parts parts;
   parts.v.reserve(positions.size());
   int64_t end = 0;
-  for (const long long i : positions) {
+  for (const int64_t i : positions) {
     Located found;
     const int got = locate(args[0], i, &found);
     if (got <= 0) return got < 0 ? nullptr : Py_NewRef(Py_None);

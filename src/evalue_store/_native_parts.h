@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 // _native_mapped.cc: the type Mapped (ds[i] of a plain mapped file in one call; its record
 // layouts: _native_layout.cc).
@@ -41,6 +42,11 @@ bool is_zstd_frame(PyObject* obj);
 // is not served so (a check fails, the record spans frames, the file is closed): the
 // general path reads it or says why; -1 with a Python error set.
 int locate(PyObject* zget, long long i, Located* out);
+
+// _native.cc: the int64 values of ``obj`` (a 1-D or 0-D int64 buffer; ``name`` for errors)
+// copied into ``out``, its dimensions into ``ndim``; false with a Python error set (TypeError
+// for another buffer or element type, ValueError for more dimensions) if it is not one.
+bool int64_values(PyObject* obj, const char* name, std::vector<int64_t>* out, int* ndim);
 
 // _native_gather.cc: gather_located (a compressed file's batch of records in one buffer).
 int add_gather(PyObject* module);

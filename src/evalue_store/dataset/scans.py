@@ -42,7 +42,6 @@ class Scans:
         closing.reports_close: a generator around this one costs the scan a frame switch
         per record)."""
         try:
-            self._ensure_open()
             if self._fast is not None:
                 records = self._scan_mapped()
             elif self._source.compressed:
