@@ -321,13 +321,14 @@ def test_one_buffer_as_the_references_compute_it(ours, reference):
 
 
 def test_every_stream_length_of_long_buffers():
-    """CRC-32C runs eight streams of 2^k + 64 bytes (k = 7..20) while they fit, then one:
-    lengths around each switch, and a buffer long enough to loop at the longest."""
+    """CRC-32C runs blocks of eight 1 KiB streams while they fit, then eight streams of
+    2^k + 64 bytes (k = 7..9) while they fit, then one: lengths around each switch, and
+    buffers of many blocks, with odd tails."""
     big = np.random.default_rng(5).integers(0, 256, (17 << 20) + 77, dtype=np.uint8)
-    lengths = {len(big), len(big) - 1, 8 * ((1 << 20) + 64) * 2 + 9}
-    for k in range(7, 21):
-        block = 8 * ((1 << k) + 64)
-        lengths |= {block - 1, block, block + 1, block + 8 * 64}
+    lengths = {len(big), len(big) - 1, 8 * 1024 * 37 + 9}
+    for block in [8 * ((1 << k) + 64) for k in range(7, 10)] + [8 * 1024, 2 * 8 * 1024]:
+        for tail in (0, 8 * 576, 8 * 576 + 5, 8 * 192 - 1):
+            lengths |= {block + tail - 1, block + tail, block + tail + 1, block + tail + 8 * 64}
     starts = np.array([0, 3], np.int64)
     for length in sorted(lengths):
         got = _native.checksums(big, starts, length - 3, "crc32c").tolist()
