@@ -12,7 +12,8 @@ Cases (same records as benchmarks/run.py; the floor and evalue_store through the
 benchmark adapters, so the code is run.py's):
 
 * ``get``: one random record, as run.py's get without ``touch``; and ``get+touch``, with it
-  (run.py's figure): W1 and W2, floor / evalue_store / evalue_store_noverify / evalue_store_zstd (its defaults);
+  (run.py's figure): W1 and W2, floor / evalue_store / evalue_store_noverify /
+  evalue_store_zstd (its defaults);
 * ``batch``: what a DataLoader calls per batch of 64 shuffled W1 records over 8 shards:
   ``collate(EValueDataset.__getitems__(indices))``, against an in-memory TensorDataset's
   samples through torch's ``default_collate`` (as benchmarks/bench_loader.py).
