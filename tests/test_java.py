@@ -2,8 +2,9 @@
 
 The vectors are kept in the repository (tests/fixtures/java, copied from the shared
 shared/vectors/executorch-java set), so a clone alone runs every test. EVS_JAVA_VECTORS names
-another directory with the same manifest layout (the held-back set), tested as well; a
-shared/vectors/executorch-java beside the repository must be identical to the in-repo copy.
+another directory with the same manifest layout (the held-back set), tested as well. The
+in-repo copy is checked against SHA-256 sums of the shared set (fixtures/java_shared.sha256),
+and so is the shared set itself where it sits beside the repository.
 """
 
 from __future__ import annotations
@@ -184,15 +185,27 @@ def test_in_repo_vectors_are_tracked_by_git() -> None:
     assert ignored.returncode == 1 and not ignored.stdout, ignored.stdout
 
 
-def test_shared_vectors_if_present_match_the_in_repo_copy() -> None:
-    """The in-repo copy is the shared set, byte for byte, for as long as both exist."""
-    if not (SHARED_VECTORS / "manifest.json").is_file():
-        pytest.skip(f"no {SHARED_VECTORS} beside the repository")
-    shared = {p.name: p.read_bytes() for p in SHARED_VECTORS.iterdir() if p.is_file()}
-    in_repo = {p.name: p.read_bytes() for p in IN_REPO_VECTORS.iterdir() if p.is_file()}
-    assert sorted(shared) == sorted(in_repo)
-    differ = [name for name in shared if shared[name] != in_repo[name]]
-    assert not differ, f"in-repo vectors differ from {SHARED_VECTORS}: {differ}"
+def _digests(directory: Path) -> dict[str, str]:
+    return {
+        p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in directory.iterdir()
+        if p.is_file()
+    }
+
+
+def test_in_repo_vectors_are_the_shared_set() -> None:
+    """The in-repo copy is the shared set byte for byte: every file against the SHA-256 sums
+    taken of the shared set when it was copied (fixtures/java_shared.sha256, the format
+    `sha256sum -c` reads), and, where the shared set sits beside the repository, the shared
+    set against the same sums (a changed shared set must be copied again)."""
+    pinned = {}
+    for line in (IN_REPO_VECTORS.parent / "java_shared.sha256").read_text().splitlines():
+        digest, name = line.split("  ", 1)
+        pinned[name] = digest
+    assert len(pinned) >= 50, "the sums list lost its vectors"
+    assert _digests(IN_REPO_VECTORS) == pinned
+    if SHARED_VECTORS.is_dir():
+        assert _digests(SHARED_VECTORS) == pinned, f"{SHARED_VECTORS} changed: copy it again"
 
 
 def test_missing_vector_directory_fails_loudly(tmp_path: Path, monkeypatch) -> None:
