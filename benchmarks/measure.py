@@ -297,15 +297,17 @@ def _measure_columns(
 ) -> None:
     """The columnar write: the same records given as columns, into a scratch path (the
     record-by-record write's file is the one read afterwards), with the format's default
-    settings and with the other choice of fsync, alternately: ``columns_write_rec_s`` (the
-    default), ``columns_write_fsync_rec_s`` and ``columns_write_nofsync_rec_s`` (one of
-    them the default's)."""
+    settings and with the other choice of fsync, alternately, in turns of either order (in
+    issue13_s10, with the default always first, the floor's fsynced write measured 2.7x
+    faster than its unsynced one): ``columns_write_rec_s`` (the default), ``columns_write_fsync_rec_s`` and
+    ``columns_write_nofsync_rec_s`` (one of them the default's)."""
     scratch = path.with_name(path.name + "-columns")
     default = "fsync" if adapter.columns_fsync else "nofsync"
+    pair = (default, "nofsync" if adapter.columns_fsync else "fsync")
     times: dict[str, list[float]] = {"fsync": [], "nofsync": []}
     start = time.perf_counter()
-    for _ in range(settings.repeats):
-        for variant in (default, "nofsync" if adapter.columns_fsync else "fsync"):
+    for turn in range(max(2, settings.repeats)):
+        for variant in pair if turn % 2 == 0 else pair[::-1]:
             _remove(scratch)
             os.sync()  # the last copy's writeback and freed blocks do not weigh on this one
             gc.collect()
@@ -314,7 +316,7 @@ def _measure_columns(
                 data.columns, scratch, None if variant == default else (variant == "fsync")
             )
             times[variant].append(time.perf_counter() - t0)
-        if time.perf_counter() - start > settings.budget_s:
+        if turn % 2 == 1 and time.perf_counter() - start > settings.budget_s:
             break
     _remove(scratch)
     n = data.workload.n
