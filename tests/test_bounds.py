@@ -775,3 +775,21 @@ def test_a_socket_is_refused_as_a_file_that_is_not_regular(tmp_path):
                 action(path)
     finally:
         server.close()
+
+
+def test_a_proc_file_is_refused_by_writers_and_recovery():
+    """A /proc file is regular by its type but takes no write at an offset (ESPIPE): recover
+    and a Writer in mode "a" raise FormatError naming that and write nothing; open reads it
+    as the empty file its size says it is. /proc/self/comm: its owner may open it to write."""
+    path = "/proc/self/comm"
+    before = open(path).read()
+    for action in (evs.recover, lambda p: evs.Writer(p, "a")):
+        with pytest.raises(evs.FormatError, match="cannot be written at an offset"):
+            action(path)
+    with pytest.raises(evs.FormatError, match="empty file"):
+        evs.open(path)
+    assert open(path).read() == before
+    completed = subprocess.run(
+        [sys.executable, "-m", "evalue_store", "recover", path], capture_output=True, text=True
+    )
+    assert completed.returncode == 2 and "Traceback" not in completed.stderr, completed.stderr

@@ -102,6 +102,19 @@ def open_path(path: str, flags: int, mode: int = 0o644) -> int:
         raise FormatError(reason, None, path, code=NOT_A_CONTAINER) from None
 
 
+def writes_at_offsets(fd: int) -> bool:
+    """False for a file that is regular by its type but refuses a write at an offset (a
+    /proc or /sys file: ESPIPE), which a container is written with; probed by a write of
+    no bytes, which changes nothing."""
+    try:
+        os.pwrite(fd, b"", 0)
+    except OSError as exc:
+        if exc.errno != errno.ESPIPE:
+            raise
+        return False
+    return True
+
+
 def open_locked(path: str, flags: int, mode: int = 0o644) -> int:
     """Open ``path`` with ``flags`` and hold its writer lock; returns the descriptor.
 

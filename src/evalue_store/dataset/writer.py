@@ -37,6 +37,7 @@ from ..files import (
     replace_locked,
     same_file,
     unlock,
+    writes_at_offsets,
 )
 from ..metadata import encode_metadata
 from ..physical import Restart, new_sink, open_for_append, remote
@@ -182,6 +183,14 @@ class Writer(WriterFields, Appending):
             if not stat.S_ISREG(st.st_mode):
                 raise FormatError(
                     "not a regular file: cannot hold a container",
+                    None,
+                    self.path,
+                    code=NOT_A_CONTAINER,
+                )
+            if not writes_at_offsets(self._fd):
+                raise FormatError(
+                    "cannot be written at an offset (a /proc or /sys file): cannot hold a "
+                    "container",
                     None,
                     self.path,
                     code=NOT_A_CONTAINER,
