@@ -84,6 +84,76 @@ def test_any_batch_is_ds_i_stacked(
             assert_batch(ds.get_batch(indices), expected(ds, [i % 200 for i in indices]))
 
 
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    kinds=schema,
+    layouts=st.integers(1, 3),
+    chunk=st.integers(1, 4000),
+    seed=st.integers(0, 1 << 16),
+    picks=st.lists(st.integers(-120, 119), min_size=1, max_size=80),
+)
+def test_a_compressed_batch_read_in_chunks_is_ds_i_stacked(
+    tmp_path, kinds, layouts, chunk, seed, picks
+):
+    """A compressed file's batch is read in chunks of about CHUNK_BYTES once a batch told
+    its bytes per record; chunks of any size, records of up to three layouts, give what
+    ds[i] gives, and fill a caller's out buffers as a whole batch does."""
+    rng = np.random.default_rng(seed)
+    path = tmp_path / f"c{seed}.evs"
+    shift = rng.integers(0, 3, 120) % layouts
+    records = [[value_of(k, rng, size + int(s)) for k, size in kinds] for s in shift]
+    with evs.Writer(path, compression="zstd") as writer:
+        writer.extend(records)
+    with evs.open(path) as ds, pytest.MonkeyPatch.context() as patch:
+        patch.setattr(batch, "CHUNK_BYTES", chunk)
+        calls = counting_decodes(patch)
+        ds.get_batch([0])  # tells the bytes per record
+        want = expected(ds, [i % 120 for i in picks])
+        for indices in (picks, np.array(picks, np.int64)):
+            calls.clear()
+            step = max(1, chunk // ds._located_bytes)  # (from the batch before)
+            got = ds.get_batch(indices)
+            assert_batch(got, want)
+            if layouts == 1:  # (more layouts may be read record by record)
+                assert len(calls) == -(-len(picks) // step), (calls, step)
+        outs = {
+            k: np.zeros(v.shape, v.dtype) for k, v in enumerate(want) if isinstance(v, np.ndarray)
+        }
+        if outs and all(isinstance(v, np.ndarray) for v in got):
+            ds.get_batch(picks, out=outs)
+            for k, array in outs.items():
+                np.testing.assert_array_equal(array, want[k])
+
+
+def test_big_compressed_records_are_batched_in_chunks(tmp_path, monkeypatch):
+    """150 KB images (W2's) in batches of 64: the first batch is read whole, the next in
+    chunks of about CHUNK_BYTES; both are ds[i] stacked, and out= buffers get them too."""
+    rng = np.random.default_rng(2)
+    images = rng.integers(0, 8, (100, 224, 224, 3), dtype=np.uint8)
+    path = tmp_path / "w2.evs"
+    with evs.Writer(path, compression="zstd") as writer:
+        writer.extend_columns({0: images, 1: np.arange(100)})
+    calls = counting_decodes(monkeypatch)
+    indices = rng.integers(0, 100, 64)
+    with evs.open(path) as ds:
+        first = ds.get_batch(indices)
+        assert calls == [64]
+        calls.clear()
+        second = ds.get_batch(indices[::-1])
+        step = batch.CHUNK_BYTES // ds._located_bytes
+        assert 16 <= step < 64 and calls == [step] * (64 // step) + [64 % step] * (64 % step > 0)
+        out = torch.zeros((64, 224, 224, 3), dtype=torch.uint8)
+        ds.get_batch(indices, out={0: out})
+    np.testing.assert_array_equal(first[0], images[indices])
+    np.testing.assert_array_equal(second[0], images[indices[::-1]])
+    np.testing.assert_array_equal(first[1], indices)
+    np.testing.assert_array_equal(out.numpy(), images[indices])
+
+
 # ----------------------------------------------------------------------------- sources
 
 
