@@ -494,3 +494,78 @@ def test_a_bad_layout_frame_size_is_named_as_such(tmp_path):
     with pytest.raises(evs.FormatError, match="Frame_Size 4294967280 is not 12") as err:
         evs.open(path)
     assert err.value.offset == 4
+
+
+def reframed(plain: bytes, cuts: list[int], entries: list[tuple[int, int]]) -> bytes:
+    """``plain`` (a container of one commit) as a layout-2 file of one data frame between
+    each two ``cuts`` (FRAMES.md sections 2-6; ``entries``: each record's logical offset
+    and frame bytes): frame boundaries a writer would not choose, which readers must accept."""
+    import zstandard
+
+    compressor = zstandard.ZstdCompressor(level=1, write_checksum=True, write_content_size=True)
+    out = bytearray(zstd_layout.layout_frame(None))
+    layout_end = len(out)
+    frames = []  # (file offset, logical offset, logical size, compressed size)
+    bounds = sorted({0, *cuts, len(plain)})
+    for lo, hi in zip(bounds, bounds[1:]):
+        data = compressor.compress(plain[lo:hi])
+        frames.append((len(out), lo, hi - lo, len(data)))
+        out += data
+
+    def frame_of(logical: int) -> int:
+        return next(k for k, f in enumerate(frames) if f[1] <= logical < f[1] + f[2])
+
+    def extent(logical: int, size: int) -> tuple[int, int, int]:
+        first, last = frames[frame_of(logical)], frames[frame_of(logical + size - 1)]
+        return first[0], first[1], last[0] + last[3] - first[0]
+
+    locators = np.zeros(len(entries), zstd_layout.LOCATOR_DTYPE)
+    for k, (logical, size) in enumerate(entries):
+        phys, start, span = extent(logical, size)
+        locators[k] = (logical, phys, span, logical - start)
+    run_at = len(out)
+    out += zstd_layout.run_frame(locators)
+    map_at = len(out)
+    out += zstd_layout.encode_map([f[3] for f in frames], [f[2] for f in frames])
+    footer_size = struct.unpack_from("<I", plain, len(plain) - 16)[0]
+    fields = dict(
+        group_start=layout_end,
+        logical_start=0,
+        logical_end=len(plain),
+        previous=0,
+        record_count=len(entries),
+        map_offset=map_at,
+        frame_count=len(frames),
+        first_logical_size=frames[0][2],
+        largest=max(f[2] for f in frames),
+        footer=extent(len(plain) - footer_size, footer_size),
+        metadata=(0, 0, 0),
+        first=(frames[0][0], 0, frames[0][3]),
+    )
+    out += zstd_layout.encode_block(fields, [Run(run_at, 0, len(entries))])
+    return bytes(out)
+
+
+@pytest.mark.parametrize("cut", range(1, 16))
+def test_a_record_header_across_two_frames_reads(tmp_path, cut):
+    """FRAMES.md section 3: readers accept any frame boundaries. A frame boundary inside a
+    record's 16-byte frame header: ds[i], get_many, get_batch, the scan and verify give
+    the record (attacker finding: ds[i] raised AttributeError)."""
+    plain_path = tmp_path / "p.evs"
+    recs = [[np.arange(i, i + 8), i, f"ex-{i}"] for i in range(4)]
+    with evs.Writer(plain_path) as w:
+        w.extend(recs)
+    with evs.open(plain_path) as plain:
+        entries = [
+            (int(e["offset"]), 16 + int(e["length"])) for s in plain.iter_entries() for e in s
+        ]
+    cuts = [offset for offset, _ in entries] + [entries[2][0] + cut]
+    path = tmp_path / "x.evs.zst"
+    path.write_bytes(reframed(plain_path.read_bytes(), cuts, entries))
+    with evs.open(path) as ds:
+        assert ds.verify().ok
+        for got in (ds[2], ds.get_many([2])[0], list(ds)[2]):
+            assert_same(got, recs[2])
+        batch = ds.get_batch([2, 1])
+        np.testing.assert_array_equal(batch[0], np.stack([recs[2][0], recs[1][0]]))
+        assert list(batch[2]) == [recs[2][2], recs[1][2]]

@@ -367,7 +367,8 @@ class ZstdSource(FramePasses, LogicalReads):
         for start, buf in frames:
             if start <= logical and logical + FRAME.size <= start + buf.nbytes:
                 return buf, logical - start
-        return b"".join(bytes(b) for _, b in frames), logical - frames[0][0]
+        head = memoryview(b"".join(bytes(b) for _, b in frames))  # (a header across frames)
+        return head, logical - frames[0][0]
 
     # ------------------------------------------------------------------ whole file
 
