@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import pickle
+import warnings
 
 import numpy as np
 import pytest
@@ -74,6 +75,43 @@ def test_bfloat16_round_trip(tmp_path):
     assert got.dtype == matrix.dtype == torch.bfloat16 and matrix.shape == (2, 4)
     assert torch.equal(got.view(torch.int16), want.view(torch.int16))  # bit for bit
     assert torch.equal(matrix.reshape(-1).view(torch.int16), want.view(torch.int16))
+
+
+def test_lazily_conjugated_and_negated_tensors_are_stored_as_their_values(tmp_path):
+    """x.conj() and x.conj().imag are ordinary tensors whose values differ from their memory
+    until resolved (torch's conjugate and negative bits): append and extend_columns store
+    the values; tensors with no data or no strided memory are an EncodeError."""
+    z = torch.tensor([1 + 2j, 3 - 4j], dtype=torch.complex64)
+    lazy = [z.conj(), z.conj().imag, torch.ones(2, dtype=torch.bfloat16).neg()]
+    assert lazy[0].is_conj() and lazy[1].is_neg()
+    with evs.Writer(tmp_path / "lazy.evs") as w:
+        w.append(lazy)
+        w.extend_columns({k: v.unsqueeze(0) for k, v in enumerate(lazy)})
+    with evs.open(tmp_path / "lazy.evs") as ds:
+        for record in ds:
+            for got, want in zip(record, lazy):
+                want = want.resolve_conj().resolve_neg()
+                if want.dtype == torch.bfloat16:
+                    want = want.view(torch.int16).numpy().view(evs.BFLOAT16)
+                np.testing.assert_array_equal(got, want)
+    with warnings.catch_warnings():  # (both are prototypes or deprecated in torch)
+        warnings.simplefilter("ignore", UserWarning)
+        nested = torch.nested.nested_tensor([torch.zeros(2), torch.zeros(3)])
+        quantized = torch.quantize_per_tensor(torch.rand(3), 0.1, 0, torch.quint8)
+    cannot = {
+        "meta device": torch.zeros(2, device="meta"),
+        "sparse_coo": torch.eye(3).to_sparse(),
+        "nested tensor": nested,
+        "quint8": quantized,
+    }
+    with evs.Writer(tmp_path / "no.evs") as w:
+        for why, value in cannot.items():
+            with pytest.raises(evs.EncodeError, match=why):
+                w.append([value])
+            if why != "nested tensor":
+                with pytest.raises(evs.EncodeError, match=why):
+                    w.extend_columns({0: value.unsqueeze(0)})
+    assert len(evs.open(tmp_path / "no.evs")) == 0
 
 
 def test_tensor_lists_and_other_kinds(tmp_path):

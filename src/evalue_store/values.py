@@ -129,11 +129,23 @@ def _torch_to_numpy(tensor: Any) -> np.ndarray:
     import torch
 
     tensor = tensor.detach()
+    if tensor.device.type == "meta":
+        raise EncodeError("a tensor on the meta device has no data to store")
+    if tensor.is_nested:
+        raise EncodeError("a nested tensor: store its parts (.unbind()) as tensors")
+    if tensor.layout != torch.strided:
+        raise EncodeError(f"a {tensor.layout} tensor: store its .to_dense(), or its parts")
     if tensor.device.type != "cpu":
         tensor = tensor.cpu()
-    if tensor.dtype == torch.bfloat16:
-        return tensor.view(torch.int16).numpy().view(BFLOAT16)
-    return tensor.numpy()
+    # A lazily conjugated or negated view (x.conj(), x.conj().imag) holds other values than
+    # its memory: numpy cannot view it until they are computed (a copy; else a no-op).
+    tensor = tensor.resolve_conj().resolve_neg()
+    try:
+        if tensor.dtype == torch.bfloat16:
+            return tensor.view(torch.int16).numpy().view(BFLOAT16)
+        return tensor.numpy()
+    except (RuntimeError, TypeError) as exc:  # a quantized or other tensor numpy cannot hold
+        raise EncodeError(f"a torch tensor of dtype {tensor.dtype}: {exc}") from None
 
 
 def _scalar(value: Any) -> Any:
