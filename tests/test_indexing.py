@@ -100,6 +100,10 @@ WRONG_KIND = [
     np.array(2.0),
     [1.0, 2.0],
     np.array([0.5]),
+    np.array([]),  # empty arrays of other dtypes: numpy refuses them too (a list [] is fine)
+    np.array([], object),
+    np.array([], str),
+    torch.tensor([]),
     ["a"],
     None,
     {1, 2},

@@ -100,6 +100,7 @@ def many(indices: Any, n: int) -> np.ndarray:
         getattr(indices, "ndim", None) is None and not _is_sequence(indices)
     ):
         raise _wrong_kind(indices)
+    typed = hasattr(indices, "dtype")  # an array or tensor: its dtype counts even when empty
     if hasattr(indices, "detach"):  # a torch tensor, possibly on a GPU
         indices = indices.detach().cpu().numpy()
     try:
@@ -113,7 +114,9 @@ def many(indices: Any, n: int) -> np.ndarray:
         if len(array) != n:
             raise IndexError(f"boolean mask has {len(array)} values for {n} records")
         return np.flatnonzero(array)
-    if array.size == 0:
+    if array.size == 0:  # ([] is a float64 array; an empty array's dtype is its own)
+        if typed and kind not in "iu":
+            raise TypeError(f"an index array must hold integers or bools, not {array.dtype}")
         return np.zeros(0, np.int64)
     if kind == "O":  # Python ints beyond int64, or a mixture
         if not all(isinstance(v, int) and not isinstance(v, bool) for v in array.tolist()):
