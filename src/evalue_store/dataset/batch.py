@@ -137,45 +137,13 @@ class Allocator:
 def read_columns(ds: Any, positions: np.ndarray, alloc: Allocator) -> list:
     """The batch of records ``positions`` of one Dataset, as columns by field position."""
     if len(positions):
-        step = _chunk_records(ds, len(positions))
         try:
-            if step:
-                columns = _in_chunks(ds, positions, alloc, step)
-            else:
-                columns = _by_layout(ds, positions, alloc)
+            columns = _by_layout(ds, positions, alloc)
         except (OutRefused, Unstackable):
             columns = None  # the record-by-record path says which field, or makes a list
         if columns is not None:
             return columns
     return stack_records(ds._get_positions(positions.tolist()), positions.tolist(), alloc)
-
-
-CHUNK_BYTES = 4 << 20  # a compressed file's batch is read in chunks of about this many
-# bytes of records: a batch of 256 W2-sized records (150 KB images, 38 MB) gathered whole
-# went through memory fresh to every buffer, at 2x the time of as many ds[i]; in chunks of
-# 32 it took 0.8x
-
-
-def _chunk_records(ds: Any, count: int) -> int:
-    """Records per chunk for a batch of ``count`` records of a compressed file, from the
-    bytes per record of its last batch (0: the batch is read whole)."""
-    per_record = ds._located_bytes if ds._located is not None else 0
-    if not per_record:
-        return 0
-    step = max(1, CHUNK_BYTES // per_record)
-    return step if step < count else 0
-
-
-def _in_chunks(ds: Any, positions: np.ndarray, alloc: Allocator, step: int) -> list | None:
-    """The batch read ``step`` records at a time (each chunk as a batch of its own, as a
-    shard's batch is read) and the chunks' columns merged into ``alloc``'s; None when they
-    do not merge (records of different widths): the record-by-record path says why."""
-    groups, parts = [], []
-    for start in range(0, len(positions), step):
-        rows = np.arange(start, min(start + step, len(positions)))
-        parts.append(read_columns(ds, positions[rows], Allocator(len(rows), {}, alloc.names)))
-        groups.append(rows)
-    return _merge(groups, parts, len(positions), alloc)
 
 
 def _entries_at(ds: Any, positions: np.ndarray) -> np.ndarray | None:
@@ -231,7 +199,6 @@ def _located_rows(ds: Any, positions: np.ndarray) -> tuple[np.ndarray, Any, np.n
     if found is None:
         return None
     entries, buf, shift, size, places = found
-    ds._located_bytes = max(1, size // len(positions))
     rows = np.empty(len(positions), ENTRY_DTYPE)
     rows[order] = np.frombuffer(entries, ENTRY_DTYPE)
     at = np.empty(len(positions), np.int64)

@@ -126,7 +126,6 @@ class Dataset(Records):
         self._mapped = None
         # A compressed source's one-frame lookup for ``ds[i]`` (None: it has none).
         self._located = getattr(source, "record_frame", None)
-        self._located_bytes = 0  # bytes per record of its last batch (batch.py)
         if source.mapped is not None and not source.compressed:
             self._mapped = (
                 source.mapped,
