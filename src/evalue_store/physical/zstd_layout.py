@@ -50,6 +50,7 @@ GROUP = 16  # locators per checksummed group
 GROUP_BYTES = GROUP * LOCATOR.size + 4
 FIXED_BLOCK = SKIPPABLE_HEADER_SIZE + BLOCK.size + BLOCK_TRAILER.size
 MAX_RUNS = 4096
+MAX_BLOCK = FIXED_BLOCK + MAX_RUNS * RUN.size
 SPAN_UNKNOWN = 0xFFFFFFFF  # a record whose frames take 4 GiB or more: found by the map
 CRC_RESIDUE = checksum(bytes(4))  # CRC-32C of bytes followed by their CRC: 0x48674BC7
 
@@ -228,7 +229,7 @@ def block_size_at(reader: Any, end: int, layout_end: int) -> int:
     _, size, tag = BLOCK_TRAILER.unpack(tail)
     if tag != INDEX_TAG or not FIXED_BLOCK <= size <= end - layout_end:
         raise FormatError(f"no index block ends at {end}", end - 4, code=LAYOUT)
-    if size > FIXED_BLOCK + MAX_RUNS * RUN.size:
+    if size > MAX_BLOCK:
         raise FormatError(f"index block claims {size} bytes", end - 8, code=LAYOUT)
     return size
 
@@ -257,10 +258,17 @@ def find_last_block(reader: Any, size: int, layout_end: int) -> Block | None:
         while (p := chunk.rfind(INDEX_TAG, 0, top)) >= 0:
             top = p + 3
             end = lo + p + 4
-            try:
-                claimed = block_size_at(reader, end, layout_end)
-            except FormatError:
-                continue
+            start = p + 4 - BLOCK_TRAILER.size
+            if start >= 0:  # the trailer's claim, checked from the chunk (as block_size_at
+                # does: a tail of tags cost a read and an exception each, 0.85 s a MiB)
+                claimed = BLOCK_TRAILER.unpack_from(chunk, start)[1]
+                if not FIXED_BLOCK <= claimed <= min(end - layout_end, MAX_BLOCK):
+                    continue
+            else:
+                try:
+                    claimed = block_size_at(reader, end, layout_end)
+                except FormatError:
+                    continue
             budget -= claimed
             if budget < 0:
                 raise FormatError(
