@@ -11,6 +11,8 @@
 // and that path says what is wrong.
 #include "_native_parts.h"
 
+#include <sys/mman.h>
+
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -31,6 +33,23 @@ struct Parts {
     for (Part& p : v) Py_DECREF(p.buf);
   }
 };
+
+// A batch's buffer of several MiB is fresh memory at every batch (the allocator hands
+// blocks this large back to the system when they are freed), a page fault per 4 KiB as it
+// is filled: asked for in huge pages, as numpy asks for its large arrays, it faults once
+// per 2 MiB (W2's 150 KB images in batches of 64: 151 -> 75 us a record). Advice only.
+void prefer_huge_pages(uint8_t* p, size_t n) {
+#ifdef MADV_HUGEPAGE
+  constexpr uintptr_t kPage = 4096;
+  if (n < (size_t{4} << 20)) return;
+  const uintptr_t lo = (reinterpret_cast<uintptr_t>(p) + kPage - 1) & ~(kPage - 1);
+  const uintptr_t hi = (reinterpret_cast<uintptr_t>(p) + n) & ~(kPage - 1);
+  if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_HUGEPAGE);
+#else
+  (void)p;
+  (void)n;
+#endif
+}
 
 void store(uint8_t* p, uint64_t value, int n) {  // little-endian
   for (int k = 0; k < n; ++k) p[k] = static_cast<uint8_t>(value >> (8 * k));
@@ -80,6 +99,7 @@ PyObject* gather_located(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     return nullptr;
   }
   auto* base = reinterpret_cast<uint8_t*>(PyByteArray_AS_STRING(out));
+  prefer_huge_pages(base, static_cast<size_t>(size + alignment));
   const int64_t shift = static_cast<int64_t>(-reinterpret_cast<uintptr_t>(base) & mask);
   auto* e = reinterpret_cast<uint8_t*>(PyBytes_AS_STRING(entries));
   auto* at = reinterpret_cast<uint8_t*>(PyBytes_AS_STRING(places));
