@@ -3,7 +3,8 @@
 // CPU's instruction (SSE4.2 crc32, ARMv8 crc32c) when the compiler can emit it. On x86-64 it
 // runs eight independent streams (the instruction's latency is three times its issue rate),
 // in blocks of 8 KiB prefetched a block ahead on long buffers, and joins them by shifting a
-// CRC over the bytes after it (a GF(2) operator, as tables). CRC-32 uses PCLMULQDQ where the CPU has it.
+// CRC over the bytes after it (a GF(2) operator, as tables). CRC-32 uses PCLMULQDQ where the
+// CPU has it.
 // The Python extension evalue_store._native is built from this file too.
 #include <cstring>
 

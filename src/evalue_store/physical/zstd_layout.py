@@ -260,7 +260,7 @@ def find_last_block(reader: Any, size: int, layout_end: int) -> Block | None:
             end = lo + p + 4
             start = p + 4 - BLOCK_TRAILER.size
             if start >= 0:  # the trailer's claim, checked from the chunk (as block_size_at
-                # does: a tail of tags cost a read and an exception each, 0.85 s a MiB)
+                # does: a tail of tags cost a read and an exception each, 0.75 s a MiB)
                 claimed = BLOCK_TRAILER.unpack_from(chunk, start)[1]
                 if not FIXED_BLOCK <= claimed <= min(end - layout_end, MAX_BLOCK):
                     continue
