@@ -145,7 +145,7 @@ def test_every_source_form_gives_the_same_records(tmp_path):
         open_shards(tmp_path / "d")  # a missing shard fails at open, not at its first read
     with pytest.raises(FileNotFoundError, match="no files match"):
         open_shards(str(tmp_path / "nothing-*.evs"))
-    with pytest.raises(ValueError, match="more than once"):
+    with pytest.raises(evs.FormatError, match="more than once"):
         open_shards([files[0], files[0]])
 
 
@@ -235,8 +235,17 @@ def test_parallel_writers_merge(tmp_path):
     assert len(read_manifest(out)) == 3 + 3 + 3
     ds = open_shards(tmp_path, validate=True)  # the directory's manifest.json wins
     assert ids(ds) == want
-    with pytest.raises(ValueError, match="more than once"):
+    with pytest.raises(evs.FormatError, match="more than once"):
         merge_manifests([manifests[0], manifests[0]], tmp_path / "dup.json")
+    # One manifest listing a shard twice (its counts and total made consistent): the
+    # manifest and the field are named, as for any other fault of a manifest.
+    doc = json.loads(open(manifests[0]).read())
+    doc["shards"].append(dict(doc["shards"][0]))
+    doc["records"] += doc["shards"][0]["records"]
+    dup = tmp_path / "twice.json"
+    dup.write_text(json.dumps(doc))
+    with pytest.raises(evs.FormatError, match=r"twice.json: shards\[3\].path names the shard"):
+        open_shards(dup)
 
 
 def test_footer_checksum_is_of_the_footer_bytes_and_covers_compressed_shards(tmp_path):

@@ -139,6 +139,7 @@ def parse_manifest(doc: Any, path: str, join: Any) -> list[ShardInfo]:
     if not isinstance(items, list):
         raise FormatError("'shards' is not a list", None, path, code=MANIFEST)
     shards = []
+    first_at: dict[str, int] = {}  # shard path -> its first entry
     for k, item in enumerate(items):
         if not isinstance(item, dict):
             raise FormatError(f"shards[{k}] is not an object", None, path, code=MANIFEST)
@@ -153,7 +154,13 @@ def parse_manifest(doc: Any, path: str, join: Any) -> list[ShardInfo]:
             raise FormatError(
                 f"shards[{k}].footer_sha256 is not a SHA-256 in hex", None, path, code=MANIFEST
             )
-        shards.append(ShardInfo(join(name), records, nbytes, digest))
+        shard = join(name)
+        if shard in first_at:
+            first = first_at[shard]
+            reason = f"shards[{k}].path names the shard shards[{first}] names: {name!r:.80}"
+            raise FormatError(reason, None, path, code=MANIFEST)
+        first_at[shard] = k
+        shards.append(ShardInfo(shard, records, nbytes, digest))
     total = _count(doc.get("records"), "records", path)
     if total != sum(s.records for s in shards):
         raise FormatError(
@@ -210,8 +217,8 @@ def _check_unique(shards: Sequence[ShardInfo]) -> None:
     seen: set[str] = set()
     for s in shards:
         key = os.path.realpath(s.path)
-        if key in seen:
-            raise ValueError(f"shard {s.path} is listed more than once")
+        if key in seen:  # (one manifest's own repeats are named by parse_manifest)
+            raise FormatError(f"shard {s.path} is listed more than once", code=MANIFEST)
         seen.add(key)
 
 
