@@ -389,6 +389,10 @@ def test_state_dict_guards(shards):
     assert ds.state_dict(consumed=0)["position"] == 0
     with pytest.raises(ValueError, match="outside"):
         ds.state_dict(consumed=N + 1)
+    for odd in (2.5, True, "3", None.__class__):  # a count computed with / is a float
+        with pytest.raises(TypeError, match="whole number of records"):
+            ds.state_dict(consumed=odd)
+    assert ds.state_dict(consumed=np.int64(3))["position"] == 3
     state = ds.state_dict(consumed=5)
     for other in (
         ShardedIterableDataset(shards, seed=2),

@@ -14,6 +14,7 @@ see the change, so transforms should not modify tensors in place.
 from __future__ import annotations
 
 import itertools
+import operator
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -328,7 +329,10 @@ class ShardedIterableDataset(IterableDataset):
                 )
             position = self._position
         else:
-            position = int(self._shared[1]) + consumed
+            if isinstance(consumed, bool) or not hasattr(consumed, "__index__"):
+                kind = type(consumed).__name__
+                raise TypeError(f"consumed must be a whole number of records, not {kind}")
+            position = int(self._shared[1]) + operator.index(consumed)
         if not 0 <= position <= len(self):
             raise ValueError(f"position {position} is outside this rank's {len(self)} records")
         return {
