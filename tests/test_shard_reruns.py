@@ -116,5 +116,6 @@ def test_a_shard_writer_with_a_relative_pattern_survives_chdir(tmp_path):
 
 def test_a_pattern_with_two_placeholders_is_a_clear_value_error(tmp_path):
     """ShardWriter("x-{}-{}.evs") raised a bare IndexError from str.format."""
-    with pytest.raises(ValueError, match="one placeholder"):
-        evs.ShardWriter(str(tmp_path / "x-{}-{}.evs"))
+    for pattern in ("x-{}-{}.evs", "x-{[0]}.evs", "x-{.nothing}.evs"):
+        with pytest.raises(ValueError, match="one placeholder"):
+            evs.ShardWriter(str(tmp_path / pattern))

@@ -105,7 +105,7 @@ class ShardWriter:
         self._staging: object_store.Staging | None = None
         try:
             one_placeholder = self.pattern.format(0) != self.pattern.format(1)
-        except (IndexError, KeyError, ValueError) as exc:
+        except (IndexError, KeyError, ValueError, TypeError, AttributeError) as exc:
             raise ValueError(
                 f"pattern {self.pattern!r} must have one placeholder such as {{:05d}} ({exc})"
             ) from None
