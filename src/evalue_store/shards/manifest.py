@@ -139,7 +139,6 @@ def parse_manifest(doc: Any, path: str, join: Any) -> list[ShardInfo]:
     if not isinstance(items, list):
         raise FormatError("'shards' is not a list", None, path, code=MANIFEST)
     shards = []
-    first_at: dict[str, int] = {}  # shard path -> its first entry
     for k, item in enumerate(items):
         if not isinstance(item, dict):
             raise FormatError(f"shards[{k}] is not an object", None, path, code=MANIFEST)
@@ -154,18 +153,18 @@ def parse_manifest(doc: Any, path: str, join: Any) -> list[ShardInfo]:
             raise FormatError(
                 f"shards[{k}].footer_sha256 is not a SHA-256 in hex", None, path, code=MANIFEST
             )
-        shard = join(name)
-        if shard in first_at:
-            first = first_at[shard]
-            reason = f"shards[{k}].path names the shard shards[{first}] names: {name!r:.80}"
-            raise FormatError(reason, None, path, code=MANIFEST)
-        first_at[shard] = k
-        shards.append(ShardInfo(shard, records, nbytes, digest))
+        shards.append(ShardInfo(join(name), records, nbytes, digest))
     total = _count(doc.get("records"), "records", path)
     if total != sum(s.records for s in shards):
         raise FormatError(
             "records: the record total disagrees with the shard list", None, path, code=MANIFEST
         )
+    first_at: dict[str, int] = {}  # shard path -> its first entry
+    for k, shard in enumerate(shards):
+        first = first_at.setdefault(shard.path, k)
+        if first != k:
+            reason = f"shards[{k}].path names the shard shards[{first}] names: {shard.path!r:.200}"
+            raise FormatError(reason, None, path, code=MANIFEST)
     return shards
 
 
