@@ -295,6 +295,23 @@ def test_shard_writer_uploads_shards_then_manifest(s3, tmp_path):
     assert [same(copy[i], record(i)) for i in (0, 50, 99)] == [True] * 3
 
 
+def test_a_rerun_into_a_finished_remote_job_is_refused_when_built(s3):
+    """TRAINING.md: a finished job's manifest is never replaced without overwrite=True; a
+    rerun that writes nothing fails when the ShardWriter is built, as locally (an s3://
+    rerun replaced the manifest with an empty one at close: open_shards then found 0
+    records; attacker finding, session 10)."""
+    pattern = "s3://bkt/rerun/p-{:03d}.evs"
+    with evs.ShardWriter(pattern, max_records=10, storage_options=s3.options) as w:
+        for i in range(25):
+            w.append(record(i))
+    with pytest.raises(FileExistsError, match="finished job's manifest"):
+        evs.ShardWriter(pattern, storage_options=s3.options)
+    assert len(evs.open_shards(w.manifest_path, storage_options=s3.options)) == 25
+    with evs.ShardWriter(pattern, storage_options=s3.options, overwrite=True) as again:
+        again.append(record(0))
+    assert len(evs.open_shards(again.manifest_path, storage_options=s3.options)) == 1
+
+
 def test_shard_writer_failure_leaves_no_manifest(s3, tmp_path):
     with pytest.raises(RuntimeError):
         with evs.ShardWriter(

@@ -119,6 +119,13 @@ class Staging:
         self.fs, self.pattern, _ = resolve(pattern, filesystem, storage_options)
         self.manifest = self.fs._strip_protocol(manifest or default_manifest)
         self.overwrite = overwrite
+        # As for a local pattern, when the ShardWriter is built: a rerun that writes nothing
+        # would otherwise replace the finished job's manifest with an empty one at close.
+        if not overwrite and _exists(self.fs, self.manifest, self.manifest_url):
+            raise FileExistsError(
+                f"{self.manifest_url}: a finished job's manifest is there; rerunning into the "
+                "same place needs overwrite=True (or another pattern or manifest)"
+            )
         self.dir = tempfile.mkdtemp(prefix="evalue_store-upload-")
         self.local_pattern = os.path.join(self.dir, "shard-{:08d}.evs")
 
