@@ -987,6 +987,36 @@ def test_pack_names_what_is_wrong_with_an_input(tmp_path):
     assert run("head", empty).stdout == f"{empty}: no records\n"
 
 
+def _npy_of_code_points(path, units: list[int]) -> None:
+    """A .npy of one 0-d '<U' string of these UCS-4 units, which numpy itself will not make."""
+    header = "{'descr': '<U" + str(len(units)) + "', 'fortran_order': False, 'shape': (), }"
+    header = header.ljust(64 - 10 - 1) + "\n"
+    body = b"".join(u.to_bytes(4, "little") for u in units)
+    path.write_bytes(
+        b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header.encode() + body
+    )
+
+
+def test_pack_refuses_strings_beyond_unicode_and_packs_an_empty_npz(tmp_path):
+    """A 0-d string array whose UCS-4 units pass U+10FFFF: numpy made a broken str of 0xFFFFFFFF
+    (pack wrote a String that is not UTF-8, which verify then refused) and raised SystemError
+    for 0x110000 ('internal error'); both name the file now. An .npz of no arrays is a record
+    of no values (it was refused for its empty field list). Attacker findings, session 10."""
+    for unit in (0x110000, 0xFFFFFFFF):
+        src = tmp_path / f"s{unit:x}.npy"
+        _npy_of_code_points(src, [0x41, unit])
+        error = run("pack", src, "-o", tmp_path / "o.evs", code=2, inprocess=True).stderr
+        assert f"{src.name}: cannot read: a string with a code point beyond U+10FFFF" in error
+        assert not (tmp_path / "o.evs").exists()
+    _npy_of_code_points(tmp_path / "ok.npy", [0x41, 0x10FFFF])
+    run("pack", tmp_path / "ok.npy", "-o", tmp_path / "ok.evs", inprocess=True)
+    assert evs.open(tmp_path / "ok.evs")[0] == ["A\U0010ffff"]
+    np.savez(tmp_path / "none.npz")
+    run("pack", tmp_path / "none.npz", "-o", tmp_path / "none.evs", inprocess=True)
+    with evs.open(tmp_path / "none.evs") as ds:
+        assert list(ds) == [[]] and ds.fields is None and ds.verify().ok
+
+
 def test_export_without_hard_links_still_never_overwrites(packed, tmp_path, monkeypatch):
     """Exports go to FAT sticks for Android devices: no link(2) there."""
     out, _ = packed

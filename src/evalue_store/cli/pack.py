@@ -52,6 +52,13 @@ def scalar_or_array(array: np.ndarray) -> Any:
         return array
     if array.dtype.kind == "S":
         return array.tobytes()  # .item() would drop trailing NUL bytes
+    if array.dtype.kind == "U":  # UCS-4 code units: numpy makes a broken str of one past
+        # U+10FFFF (or raises SystemError), which would be stored as bytes that are not UTF-8
+        order = array.dtype.byteorder if array.dtype.byteorder in "<>" else "="
+        units = np.frombuffer(array.tobytes(), f"{order}u4")
+        if (units > 0x10FFFF).any():
+            bad = int(units[units > 0x10FFFF][0])
+            raise ValueError(f"a string with a code point beyond U+10FFFF (0x{bad:X})")
     return array.item()
 
 
@@ -247,10 +254,12 @@ def pack_files(files: list[str], args: argparse.Namespace) -> tuple[int, int]:
                     None, f"{line}; nothing was appended, {args.output} is as it was", code
                 ) from exc
             raise
-        if not args.append and len(fields) == 1 and sum(fields.values()) == len(files):
-            # Every input was an .npz with the same arrays: their names name the fields.
+        names = next(iter(fields), ())
+        if not args.append and len(fields) == 1 and sum(fields.values()) == len(files) and names:
+            # Every input was an .npz with the same arrays: their names name the fields
+            # (records of no arrays have none to name).
             metadata = dict(args.metadata or {})
-            metadata.setdefault(FIELDS_KEY, list(next(iter(fields))))
+            metadata.setdefault(FIELDS_KEY, list(names))
             writer.set_metadata(metadata)
     return written, os.path.getsize(args.output)
 
