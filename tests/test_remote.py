@@ -312,6 +312,36 @@ def test_a_rerun_into_a_finished_remote_job_is_refused_when_built(s3):
     assert len(evs.open_shards(again.manifest_path, storage_options=s3.options)) == 1
 
 
+def test_a_failed_upload_keeps_the_committed_records(s3):
+    """README: a Writer to a URL commits to its staging file, and committed records are never
+    lost: when the upload at close() or abort() fails (here the bucket does not exist, so the
+    real server refuses it), the staging file stays, holding them, and the error says where.
+    Before, it was deleted with them (attacker finding, session 10). A ShardWriter keeps a
+    shard whose upload failed the same way, and warns."""
+    for finish in ("close", "abort"):
+        w = evs.Writer(f"s3://no-such-bucket/{finish}.evs", storage_options=s3.options)
+        w.extend([record(i) for i in range(10)])
+        w.commit()
+        with pytest.raises(OSError) as info:  # the store's refusal (no such bucket)
+            getattr(w, finish)()
+        assert any(w.path in note for note in getattr(info.value, "__notes__", [w.path]))
+        with evs.open(w.path) as kept:
+            assert len(kept) == 10 and same(kept[9], record(9))
+        shutil.rmtree(os.path.dirname(w.path))
+    shards = evs.ShardWriter(
+        "s3://no-such-bucket/s-{:02d}.evs", max_records=5, storage_options=s3.options
+    )
+    with pytest.warns(UserWarning, match="shards not uploaded, their committed records kept"):
+        with pytest.raises(OSError):
+            with shards:
+                for i in range(7):
+                    shards.append(record(i))
+    staged = shards._staging.dir
+    with evs.open(os.path.join(staged, sorted(os.listdir(staged))[0])) as kept:
+        assert len(kept) == 5
+    shutil.rmtree(staged)
+
+
 def test_shard_writer_failure_leaves_no_manifest(s3, tmp_path):
     with pytest.raises(RuntimeError):
         with evs.ShardWriter(

@@ -15,8 +15,10 @@ import os
 import posixpath
 import shutil
 import tempfile
+import warnings
 from typing import Any
 
+from ..dataset.reader import open_dataset
 from ..dataset.writer import Writer
 from ..errors import LIMIT, MANIFEST, FormatError
 from ..physical.remote import _retrying, resolve
@@ -104,6 +106,18 @@ def _exists(fs: Any, path: str, url: str) -> bool:
     return True
 
 
+def upload_kept(fs: Any, local: str, target: str, url: str) -> None:
+    """Upload the staging file ``local`` to ``target``. If that fails, the file stays where
+    it is, holding every committed record, and the error says so (where Python can add a
+    note to it): the caller's only copy of them is never deleted for a failed upload."""
+    try:
+        _retrying(lambda: fs.put_file(local, target), url, "upload")
+    except BaseException as exc:
+        if hasattr(exc, "add_note"):
+            exc.add_note(f"the committed records are kept in {local}: upload it to {url}")
+        raise
+
+
 class Staging:
     """Where a ShardWriter aimed at a URL writes each shard before uploading it."""
 
@@ -139,7 +153,7 @@ class Staging:
         url = self.fs.unstrip_protocol(target)
         if not self.overwrite and _exists(self.fs, target, url):
             raise FileExistsError(f"{url} exists (pass overwrite=True to replace it)")
-        _retrying(lambda: self.fs.put_file(local, target), url, "upload")
+        upload_kept(self.fs, local, target, url)
         os.unlink(local)
         return url
 
@@ -153,6 +167,25 @@ class Staging:
         return url
 
     def cleanup(self) -> None:
+        """Remove the staging directory, unless it still holds a shard with committed
+        records that was not uploaded (a failed upload, or the shard a failing job was
+        writing): that one stays, and a warning names it."""
+        kept = []
+        for name in sorted(os.listdir(self.dir)) if os.path.isdir(self.dir) else []:
+            local = os.path.join(self.dir, name)
+            try:
+                with open_dataset(local, verify=False) as ds:
+                    records = len(ds)
+            except (OSError, ValueError):
+                records = 0  # nothing committed that can be read back
+            if records:
+                kept.append(f"{local} ({records} records)")
+        if kept:
+            warnings.warn(
+                "shards not uploaded, their committed records kept: " + ", ".join(kept),
+                stacklevel=3,
+            )
+            return
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
@@ -185,23 +218,19 @@ class RemoteWriter(Writer):
         name = posixpath.basename(self.target.rstrip("/")) or "upload.evs"
         super().__init__(os.path.join(self.staging, name), "x", **options)
 
+    # The staging file goes only once it is uploaded: if closing or the upload fails, it
+    # stays (``path``), holding every record committed.
     def close(self) -> None:
         if self._fd < 0:
             return
-        try:
-            super().close()
-            local = self.path
-            _retrying(lambda: self.fs.put_file(local, self.target), self.url, "upload")
-        finally:
-            shutil.rmtree(self.staging, ignore_errors=True)
+        super().close()
+        upload_kept(self.fs, self.path, self.target, self.url)
+        shutil.rmtree(self.staging, ignore_errors=True)
 
     def abort(self) -> None:
         if self._fd < 0:
             return
-        try:
-            super().abort()
-            if self._commit.record_count and not self._foreign:  # committed: never dropped
-                local = self.path
-                _retrying(lambda: self.fs.put_file(local, self.target), self.url, "upload")
-        finally:
-            shutil.rmtree(self.staging, ignore_errors=True)
+        super().abort()
+        if self._commit.record_count and not self._foreign:  # committed: never dropped
+            upload_kept(self.fs, self.path, self.target, self.url)
+        shutil.rmtree(self.staging, ignore_errors=True)
