@@ -24,6 +24,7 @@ import pytest
 import evalue_store as evs
 from evalue_store.errors import RemoteError
 from evalue_store.physical import remote
+from evalue_store.physical.remote import RETRIES
 
 from .servers import have_nginx, nginx, s3_server
 
@@ -185,6 +186,27 @@ def test_server_errors_are_retried_then_named(s3, tmp_path):
     finally:
         s3.proxy.faults.count = 0
     assert ds[15_000] == [15_000]  # the server is back
+
+
+def test_a_failing_request_is_tried_as_often_as_documented(s3, tmp_path):
+    """TRAINING.md: each request is retried 4 times with backoff, then RemoteError. With
+    storage options that say nothing of retries, botocore's own came under ours: a dead
+    endpoint took 80 s to report (attacker finding, session 10). Counted at the proxy."""
+    url = upload(s3, tmp_path, "tries.evs", 20_000, lambda i: [i])
+    options = {k: v for k, v in s3.options.items() if k != "config_kwargs"}
+    ds = evs.open(url, storage_options=options)
+    before = len(s3.log.gets())
+    s3.proxy.faults.status, s3.proxy.faults.count = 500, -1
+    try:
+        with pytest.raises(RemoteError, match="s3://bkt/tries.evs"):
+            ds[15_000]
+    finally:
+        s3.proxy.faults.count = 0
+    tries = [g for g in s3.log.gets()[before:] if g.path == "/bkt/tries.evs"]
+    # RETRIES + 1 of ours (a read-ahead of the same range may make a couple more); botocore's
+    # own attempts under each of ours made it several times that
+    assert RETRIES + 1 <= len(tries) < 2 * (RETRIES + 1), tries
+    assert ds[15_000] == [15_000]
 
 
 def test_connection_dropped_mid_read_is_retried(s3, tmp_path):
