@@ -131,37 +131,15 @@ const Shifts& shifts() {
   return table;
 }
 
-// The CRC register after c0, then 8 * Q bytes at p: eight streams over consecutive eighths,
-// joined by shifting the CRC so far over one eighth and xoring the next stream's (eight,
-// not the three the instruction's latency needs: more streams keep more loads in flight).
-template <size_t Q>
+// The CRC register after c0, then 8 * Q bytes at p (Q a multiple of 64): eight streams over
+// consecutive eighths, joined by shifting the CRC so far over one eighth and xoring the next
+// stream's (eight, not the three the instruction's latency needs: more streams keep more
+// loads in flight). ``kAhead``: each line of a stream is preceded by a prefetch of the same
+// line of the next 8 * Q bytes (a prefetch past the buffer is harmless).
+template <size_t Q, bool kAhead = false>
 __attribute__((target("sse4.2"))) uint64_t crc32c_8way(const uint8_t* p, uint64_t c0,
                                                         const Shift& shift) {
-  uint64_t c1 = 0, c2 = 0, c3 = 0, c4 = 0, c5 = 0, c6 = 0, c7 = 0;
-  auto word = [](const uint8_t* q) {
-    uint64_t w;
-    std::memcpy(&w, q, 8);
-    return w;
-  };
-  for (const uint8_t* end = p + Q; p < end; p += 8) {  // (an array of words went through
-    c0 = _mm_crc32_u64(c0, word(p));                      // the stack: 4x slower)
-    c1 = _mm_crc32_u64(c1, word(p + Q));
-    c2 = _mm_crc32_u64(c2, word(p + 2 * Q));
-    c3 = _mm_crc32_u64(c3, word(p + 3 * Q));
-    c4 = _mm_crc32_u64(c4, word(p + 4 * Q));
-    c5 = _mm_crc32_u64(c5, word(p + 5 * Q));
-    c6 = _mm_crc32_u64(c6, word(p + 6 * Q));
-    c7 = _mm_crc32_u64(c7, word(p + 7 * Q));
-  }
-  for (uint64_t next : {c1, c2, c3, c4, c5, c6, c7}) c0 = shift(c0) ^ next;
-  return c0;
-}
-
-// As crc32c_8way<kBlock>, each 64 bytes of a stream preceded by a prefetch of the same
-// line of the next block (8 * kBlock bytes on; a prefetch past the buffer is harmless).
-__attribute__((target("sse4.2"))) uint64_t crc32c_block(const uint8_t* p, uint64_t c0,
-                                                         const Shift& shift) {
-  constexpr size_t Q = kBlock;
+  static_assert(Q % 64 == 0, "streams of whole lines");
   uint64_t c1 = 0, c2 = 0, c3 = 0, c4 = 0, c5 = 0, c6 = 0, c7 = 0;
   auto word = [](const uint8_t* q) {
     uint64_t w;
@@ -169,10 +147,11 @@ __attribute__((target("sse4.2"))) uint64_t crc32c_block(const uint8_t* p, uint64
     return w;
   };
   for (const uint8_t* line = p; line < p + Q; line += 64) {
-    for (size_t s = 0; s < 8; ++s)
-      _mm_prefetch(reinterpret_cast<const char*>(line + (8 + s) * Q), _MM_HINT_T0);
-    for (const uint8_t* q = line; q < line + 64; q += 8) {
-      c0 = _mm_crc32_u64(c0, word(q));
+    if constexpr (kAhead)
+      for (size_t s = 0; s < 8; ++s)
+        _mm_prefetch(reinterpret_cast<const char*>(line + (8 + s) * Q), _MM_HINT_T0);
+    for (const uint8_t* q = line; q < line + 64; q += 8) {  // (an array of words went
+      c0 = _mm_crc32_u64(c0, word(q));                      // through the stack: 4x slower)
       c1 = _mm_crc32_u64(c1, word(q + Q));
       c2 = _mm_crc32_u64(c2, word(q + 2 * Q));
       c3 = _mm_crc32_u64(c3, word(q + 3 * Q));
@@ -200,7 +179,7 @@ __attribute__((target("sse4.2"))) uint32_t crc32c_sse42(const uint8_t* p, size_t
   }
   const Shifts& table = shifts();
   for (; n >= 8 * kBlock; p += 8 * kBlock, n -= 8 * kBlock)
-    c = crc32c_block(p, c, table.block);
+    c = crc32c_8way<kBlock, true>(p, c, table.block);
   while (n >= 8 * stream(kMinShift)) {  // eight streams as long as fit
     int k = 63 - __builtin_clzll(n / 8);
     if (k > kMaxShift) k = kMaxShift;
