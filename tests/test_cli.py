@@ -678,6 +678,19 @@ def test_export_npz_and_jsonl_round_trip(packed, tmp_path):
         assert all(same_record(b[i], records[i]) for i in range(12))
 
 
+def test_export_jsonl_refuses_nan_and_infinity(tmp_path):
+    """JSON has no NaN or infinity: a record holding one is refused with exit 2 (a value the
+    format cannot hold), naming the record, and no file is left; json.dumps wrote NaN and
+    Infinity tokens, which JSON readers reject (attacker finding, session 10)."""
+    src = tmp_path / "f.evs"
+    with evs.Writer(src) as w:
+        w.append([1.5, np.array([1.0, 2.0])])
+        w.append([float("nan"), np.array([1.0, float("inf")])])
+    error = run("export", src, "--to", tmp_path / "out", "--format", "jsonl", code=2).stderr
+    assert "record 1: NaN and infinities have no JSON form" in error
+    assert os.listdir(tmp_path / "out") == []
+
+
 def test_merge(packed, tmp_path):
     out, records = packed
     other = tmp_path / "other.evs"

@@ -350,9 +350,12 @@ def export_records(ds: evs.Dataset, args: argparse.Namespace, bar: tqdm) -> int:
         with new_file(out_path, clobber=args.force) as out:
             for i, record in enumerate(ds):
                 try:
-                    line = json.dumps(json_ready(record), ensure_ascii=False)
+                    line = json.dumps(json_ready(record), ensure_ascii=False, allow_nan=False)
                 except evs.EncodeError as exc:
                     raise CliError(ds.path, f"record {i}: {exc}") from None
+                except ValueError:  # json's own refusal: JSON has no NaN or infinity
+                    reason = "NaN and infinities have no JSON form; try --format npz"
+                    raise CliError(ds.path, f"record {i}: {reason}") from None
                 out.write(line.encode("utf-8") + b"\n")
                 bar.update()
         return n
