@@ -8,6 +8,7 @@ is fetched in one round of concurrent requests; faults are retried, then named.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pickle
@@ -174,17 +175,23 @@ def test_damaged_record_is_a_format_error_naming_the_url(s3, tmp_path):
 # ---------------------------------------------------------------------------- faults
 
 
+@contextlib.contextmanager
+def failing(s3, status: int = 500):
+    """The server answers every request with ``status`` until the block ends."""
+    s3.proxy.faults.status, s3.proxy.faults.count = status, -1
+    try:
+        yield
+    finally:
+        s3.proxy.faults.count = 0
+
+
 def test_server_errors_are_retried_then_named(s3, tmp_path):
     url = upload(s3, tmp_path, "flaky.evs", 20_000, lambda i: [i])
     ds = evs.open(url, storage_options=s3.options)
     s3.proxy.faults.status, s3.proxy.faults.count = 503, 2
     assert ds[10_000] == [10_000]  # two 503s, then the answer
-    s3.proxy.faults.status, s3.proxy.faults.count = 500, -1
-    try:
-        with pytest.raises(RemoteError, match="s3://bkt/flaky.evs"):
-            ds[15_000]
-    finally:
-        s3.proxy.faults.count = 0
+    with failing(s3), pytest.raises(RemoteError, match="s3://bkt/flaky.evs"):
+        ds[15_000]
     assert ds[15_000] == [15_000]  # the server is back
 
 
@@ -196,12 +203,8 @@ def test_a_failing_request_is_tried_as_often_as_documented(s3, tmp_path):
     options = {k: v for k, v in s3.options.items() if k != "config_kwargs"}
     ds = evs.open(url, storage_options=options)
     before = len(s3.log.gets())
-    s3.proxy.faults.status, s3.proxy.faults.count = 500, -1
-    try:
-        with pytest.raises(RemoteError, match="s3://bkt/tries.evs"):
-            ds[15_000]
-    finally:
-        s3.proxy.faults.count = 0
+    with failing(s3), pytest.raises(RemoteError, match="s3://bkt/tries.evs"):
+        ds[15_000]
     tries = [g for g in s3.log.gets()[before:] if g.path == "/bkt/tries.evs"]
     # RETRIES + 1 of ours (a read-ahead of the same range may make a couple more); botocore's
     # own attempts under each of ours made it several times that
