@@ -299,8 +299,9 @@ def _measure_columns(
     record-by-record write's file is the one read afterwards), with the format's default
     settings and with the other choice of fsync, alternately, in turns of either order (in
     issue13_s10, with the default always first, the floor's fsynced write measured 2.7x
-    faster than its unsynced one): ``columns_write_rec_s`` (the default), ``columns_write_fsync_rec_s`` and
-    ``columns_write_nofsync_rec_s`` (one of them the default's)."""
+    faster than its unsynced one): ``columns_write_rec_s`` (the default),
+    ``columns_write_fsync_rec_s`` and ``columns_write_nofsync_rec_s`` (one of them the
+    default's)."""
     scratch = path.with_name(path.name + "-columns")
     default = "fsync" if adapter.columns_fsync else "nofsync"
     pair = (default, "nofsync" if adapter.columns_fsync else "fsync")

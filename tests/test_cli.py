@@ -168,6 +168,15 @@ def test_every_command_has_help_with_an_example(capsys):
 def test_errors_are_one_line_with_exit_2(tmp_path):
     missing = run("info", tmp_path / "missing.evs", code=2)
     assert "missing.evs: No such file or directory" in missing.stderr
+    for command in ("info", "head", "stats", "verify"):  # named as typed, not made absolute
+        typed = subprocess.run(
+            [sys.executable, "-m", "evalue_store", command, "missing.evs"],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env=ENV,
+        )
+        assert typed.stderr == "evalue-store: missing.evs: No such file or directory\n"
     not_ours = tmp_path / "notes.txt"
     not_ours.write_text("hello")
     assert "bad magic" in run("verify", not_ours, code=2, inprocess=True).stderr
@@ -329,9 +338,11 @@ def test_stats_text_json_and_sample(varied):
         "records_read",
         "unreadable_records",
         "unreadable_examples",
+        "problems",
         "record_bytes",
         "positions",
     } == set(report)
+    assert report["problems"] == []
     pos = report["positions"]
     assert [p["position"] for p in pos] == list(range(9))
     assert set(pos[0]) == {
@@ -426,7 +437,7 @@ def test_stats_html_is_a_well_formed_page_with_svg(varied, tmp_path):
 
 def test_histogram_counts_every_value_exactly():
     rng = np.random.default_rng(7)
-    numbers = cli.stats.Numbers()
+    numbers = cli.tally.Numbers()
     chunks = [rng.standard_normal(n) * scale for n, scale in ((10, 1), (5000, 30), (70000, 0.1))]
     chunks.append(np.array([1e6, -5e5]))
     for chunk in chunks:
@@ -434,13 +445,13 @@ def test_histogram_counts_every_value_exactly():
     stats = numbers.to_json()
     everything = np.concatenate(chunks)
     edges, counts = np.array(stats["histogram"]["edges"]), stats["histogram"]["counts"]
-    assert len(numbers.hist.counts) == cli.stats.Histogram.BINS  # memory stays fixed
+    assert len(numbers.bins.counts) == cli.tally.BINS  # memory stays fixed
     assert sum(counts) == stats["count"] == everything.size
     index = np.searchsorted(edges, everything, side="right") - 1
     assert np.bincount(index, minlength=len(counts)).tolist() == counts
     assert stats["min"] == everything.min() and stats["max"] == everything.max()
     assert stats["mean"] == pytest.approx(everything.mean())
-    labels = cli.stats.Numbers()
+    labels = cli.tally.Numbers()
     for i in range(1000):
         labels.add_scalar(i % 10)
     assert labels.to_json()["histogram"] == {
@@ -448,6 +459,109 @@ def test_histogram_counts_every_value_exactly():
         "counts": [100] * 10,
         "integer": True,
     }
+
+
+def _strict_json(text: str) -> dict:
+    def refuse(token: str) -> None:
+        raise AssertionError(f"not JSON: {token}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def _bin_of(edges: list, value: int | float) -> int:
+    """The bin holding ``value`` by the documented rule, exactly (Python ints and floats)."""
+    for k in range(len(edges) - 1):
+        if edges[k] <= value < edges[k + 1]:
+            return k
+    assert value == edges[-1] == float(np.finfo(np.float64).max), (value, edges[-2:])
+    return len(edges) - 2  # the documented exception: a last edge clamped to the largest double
+
+
+def test_stats_counts_integers_of_any_size_exactly(tmp_path):
+    """min/max/edges of Int values and int64/uint64 tensors went through doubles: 2**53 + 1
+    was reported as 2**53 in a bin of width 0, and 2**63 - 1 as 2**63 (attacker finding,
+    session 10, fourth run, C02)."""
+    cases = [
+        [2**53 + 1, 2**53 + 1],
+        [-(2**63), 2**63 - 1, 0, 5],
+        [2**64 - 1, 2**63, 1],
+        [-(2**63), 2**64 - 1, 7],  # int64 and uint64 in one position: 1.5 * 2**64 wide
+    ]
+    for values in cases:
+        path = tmp_path / "ints.evs"
+        with evs.Writer(path, "w") as w:
+            for v in values:
+                w.append([np.array([v], np.uint64 if v >= 2**63 else np.int64)])
+            w.append([values[0]] if values[0] < 2**63 else [np.array(values[0], np.uint64)])
+        stats = _strict_json(run("stats", path, "--json", inprocess=True).stdout)
+        numbers = stats["positions"][0]["values"]
+        hist = numbers["histogram"]
+        every = values + [values[0]]
+        assert (numbers["min"], numbers["max"], numbers["count"]) == (
+            min(every),
+            max(every),
+            len(every),
+        )
+        assert hist["integer"] and all(type(e) is int for e in hist["edges"])
+        assert all(b > a for a, b in zip(hist["edges"], hist["edges"][1:]))
+        counts = [0] * len(hist["counts"])
+        for v in every:
+            counts[_bin_of(hist["edges"], v)] += 1
+        assert counts == hist["counts"], values
+
+
+def test_stats_json_holds_only_finite_numbers_for_extreme_doubles(tmp_path):
+    """Finite doubles near 1.8e308 made stats --json write NaN and Infinity (not JSON) for
+    edges and mean, and numpy warnings on stderr (attacker finding, session 10, fourth run,
+    C01)."""
+    big = float(np.finfo(np.float64).max)
+    cases = {
+        "span": [np.array([big, -big]), np.array([0.0])],
+        "sum": [np.array([1e308, 1e308]), np.array([1e308])],
+        "top": [np.array([big]), np.array([big]), np.array([1.0])],
+    }
+    for name, arrays in cases.items():
+        path = tmp_path / f"{name}.evs"
+        with evs.Writer(path, "w") as w:
+            for a in arrays:
+                w.append([a])
+        proc = run("stats", path, "--json")
+        assert proc.stderr == "", proc.stderr
+        numbers = _strict_json(proc.stdout)["positions"][0]["values"]
+        every = np.concatenate(arrays)
+        assert (numbers["min"], numbers["max"]) == (every.min(), every.max())
+        assert numbers["mean"] == pytest.approx(np.mean(every / 16) * 16)
+        counts = [0] * len(numbers["histogram"]["counts"])
+        for v in every.tolist():
+            counts[_bin_of(numbers["histogram"]["edges"], v)] += 1
+        assert counts == numbers["histogram"]["counts"], name
+        assert "inf" not in run("stats", path).stdout.lower()
+
+
+def test_info_and_stats_report_a_compressed_index_they_cannot_read(tmp_path):
+    """A compressed file whose map frame is damaged still gives every record through its
+    locators; info and stats stopped with one error line and no report (attacker finding,
+    session 10, fourth run, C04). They now report the index as a problem (exit 1)."""
+    plain, packed = tmp_path / "p.evs", tmp_path / "c.evs.zst"
+    with evs.Writer(plain, metadata={"a": 1}) as w:
+        for i in range(300):
+            w.append([i, "s" * (i % 7)])
+    run("compress", plain, "-o", packed, "--quiet")
+    data = bytearray(packed.read_bytes())
+    data[data.rindex((0x184D2A59).to_bytes(4, "little")) + 8] ^= 0x10  # a map frame's body
+    packed.write_bytes(data)
+    info = _strict_json(run("info", packed, "--json", code=1, inprocess=True).stdout)
+    assert info["data_bytes"] is info["overhead_bytes"] is None and info["records"] == 300
+    assert [p for p in info["problems"] if "map frame" in p] == info["problems"] != []
+    assert "data         unknown (the index is unreadable)" in run("info", packed, code=1).stdout
+    stats = _strict_json(run("stats", packed, "--json", code=1, inprocess=True).stdout)
+    assert stats["record_bytes"] is None and stats["unreadable_records"] == 0
+    assert "map frame" in stats["problems"][0] and stats["positions"][0]["count"] == 300
+    assert stats["positions"][0]["values"]["max"] == 299
+    text = run("stats", packed, "--html", tmp_path / "page.html", code=1).stdout
+    assert (
+        "problem: index: map frame" in text and "map frame" in (tmp_path / "page.html").read_text()
+    )
 
 
 # ----------------------------------------------------------------------------- verify, recover

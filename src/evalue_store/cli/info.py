@@ -25,6 +25,7 @@ from .render import (
     field_label,
     field_names,
     kind_name,
+    located,
     num,
     open_dataset,
     plural,
@@ -91,11 +92,15 @@ def _file_size(path: str) -> int:
 def info_report(ds: evs.Dataset) -> tuple[dict, list[str]]:
     commit, header = ds.commit, ds.header
     file_bytes = _file_size(ds.path)
-    lengths = sum(int(e["length"].sum(dtype=np.uint64)) for e in ds.iter_entries())
-    data = lengths + FRAME_SIZE * len(ds)
     index = sum(seg.count for seg in commit.segments) * ENTRY_SIZE
     committed = ds.logical_size  # of the decompressed stream, for a compressed file
     problems = []
+    try:  # a compressed file's records can be read by their locators when its index cannot
+        lengths = sum(int(e["length"].sum(dtype=np.uint64)) for e in ds.iter_entries())
+        data: int | None = lengths + FRAME_SIZE * len(ds)
+    except evs.FormatError as exc:
+        data = None
+        problems.append(f"index: {located(exc)}")
     try:
         metadata: Any = ds.metadata
     except evs.FormatError as exc:
@@ -113,7 +118,9 @@ def info_report(ds: evs.Dataset) -> tuple[dict, list[str]]:
         "data_bytes": data,
         "index_bytes": index,
         "metadata_bytes": commit.metadata_length,
-        "overhead_bytes": committed - data - index - commit.metadata_length,
+        "overhead_bytes": (
+            None if data is None else committed - data - index - commit.metadata_length
+        ),
         "uncommitted_bytes": ds.uncommitted_bytes,
         "commits": commit.number - 1,  # number 1 is the empty commit that creates a file
         "last_commit": commit.number,
@@ -131,6 +138,10 @@ def info_report(ds: evs.Dataset) -> tuple[dict, list[str]]:
     return report, problems + record_problems
 
 
+def _bytes_or_unknown(count: int | None, what: str) -> str:
+    return "unknown (the index is unreadable)" if count is None else human_bytes(count) + what
+
+
 def print_info(report: dict, problems: list[str]) -> None:
     rows = [
         ("file", report["file"]),
@@ -142,10 +153,10 @@ def print_info(report: dict, problems: list[str]) -> None:
         rows.append(("compressed", f"zstd frames, {ratio:.2f}x of the plain container"))
         rows.append(("plain bytes", human_bytes(report["logical_bytes"])))
     rows += [
-        ("  data", human_bytes(report["data_bytes"]) + "  record frames"),
+        ("  data", _bytes_or_unknown(report["data_bytes"], "  record frames")),
         ("  index", human_bytes(report["index_bytes"])),
         ("  metadata", human_bytes(report["metadata_bytes"])),
-        ("  overhead", human_bytes(report["overhead_bytes"]) + "  header, footers, padding"),
+        ("  overhead", _bytes_or_unknown(report["overhead_bytes"], "  header, footers, padding")),
         ("  uncommitted", human_bytes(report["uncommitted_bytes"])),
         ("commits", str(report["commits"])),
         ("segments", str(report["segments"])),

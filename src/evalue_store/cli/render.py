@@ -5,6 +5,7 @@ a container, and the names and text of values.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -45,6 +46,8 @@ def error_line(exc: Exception, file: str | None) -> tuple[int, str]:
         return EXIT_PROBLEMS, f"{where}: {located(exc)}" if where else located(exc)
     if isinstance(exc, OSError) and exc.strerror:
         where = exc.filename if exc.filename is not None else file
+        if file and where == os.path.abspath(file):  # opened by its absolute name
+            where = file
         return EXIT_USAGE, f"{where}: {exc.strerror}" if where else exc.strerror
     if isinstance(exc, OSError):  # a store's error (RemoteError...): its text names the URL
         return EXIT_USAGE, str(exc)

@@ -30,6 +30,7 @@ from .render import (
     field_label,
     field_names,
     kind_name,
+    located,
     note,
     num,
     open_dataset,
@@ -39,151 +40,7 @@ from .render import (
     shape_text,
 )
 from .stats_html import stats_html
-
-
-class Histogram:
-    """Exact counts of every value in BINS equal-width bins, in O(BINS) memory.
-
-    When a value falls outside, the range doubles (pairs of bins merge, the range grows
-    toward the value) so old and new counts stay aligned. Integer data starts with
-    width-1 bins, so labels 0..9 get one bin each.
-    """
-
-    BINS = 64
-
-    def __init__(self) -> None:
-        self.lo = 0.0
-        self.width = 0.0
-        self.counts = np.zeros(self.BINS, np.int64)
-
-    def add(self, values: np.ndarray, integer: bool) -> None:
-        """Count finite float64 ``values`` (never empty)."""
-        low, high = float(values.min()), float(values.max())
-        if not self.width:
-            self.lo = math.floor(low) if integer else low
-            span = high - self.lo
-            if integer:
-                self.width = 1.0
-            else:
-                self.width = span / (self.BINS - 1) if span > 0 else max(abs(low), 1.0) / 1024
-        while low < self.lo:
-            self._double(toward_low=True)
-        while high >= self.lo + self.BINS * self.width:
-            self._double(toward_low=False)
-        with np.errstate(invalid="ignore", over="ignore"):  # ranges near 1e308 overflow
-            index = ((values - self.lo) / self.width).astype(np.int64)
-        np.clip(index, 0, self.BINS - 1, out=index)
-        self.counts += np.bincount(index, minlength=self.BINS)
-
-    def _double(self, toward_low: bool) -> None:
-        merged = self.counts.reshape(-1, 2).sum(axis=1)
-        self.counts = np.zeros(self.BINS, np.int64)
-        half = self.BINS // 2
-        if toward_low:
-            self.counts[half:] = merged
-            self.lo -= self.BINS * self.width
-        else:
-            self.counts[:half] = merged
-        self.width *= 2
-
-    def to_json(self, integer: bool) -> dict:
-        """Non-empty span of bins: ``edges`` (one more than ``counts``), bins are [lo, hi)."""
-        nonzero = np.flatnonzero(self.counts)
-        if not nonzero.size:
-            return {"edges": [], "counts": [], "integer": integer}
-        first, last = int(nonzero[0]), int(nonzero[-1])
-        edges = self.lo + self.width * np.arange(first, last + 2)
-        counts = self.counts[first : last + 1]
-        edge_list = [int(e) for e in edges] if integer else edges.tolist()
-        return {"edges": edge_list, "counts": counts.tolist(), "integer": integer}
-
-
-class Numbers:
-    """Running count/min/max/mean, NaN and Inf counts and a Histogram of a stream of numbers.
-
-    Small arrays and scalars are buffered and counted in batches: numpy's per-call overhead
-    would otherwise dominate on datasets of many small records.
-    """
-
-    BATCH = 1 << 16  # buffered values before a flush
-    CHUNK = 1 << 20  # elements of a big tensor processed at once
-
-    def __init__(self) -> None:
-        self.count = 0
-        self.nan = 0
-        self.posinf = 0
-        self.neginf = 0
-        self.total = 0.0
-        self.low = math.inf
-        self.high = -math.inf
-        self.integer = True
-        self.hist = Histogram()
-        self._arrays: list[np.ndarray] = []
-        self._scalars: list[float] = []
-        self._buffered = 0
-
-    def add_scalar(self, value: float) -> None:
-        if isinstance(value, float):
-            self.integer = False
-        self._scalars.append(value)
-        self._buffered += 1
-        if self._buffered >= self.BATCH:
-            self.flush()
-
-    def add_array(self, array: np.ndarray) -> None:
-        """Count every element of a real-valued array (any shape and dtype)."""
-        if array.dtype.kind == "f":
-            self.integer = False
-        flat = array.reshape(-1)
-        if flat.size >= self.BATCH:
-            for start in range(0, flat.size, self.CHUNK):
-                self._count(flat[start : start + self.CHUNK].astype(np.float64))
-            return
-        self._arrays.append(flat)
-        self._buffered += flat.size
-        if self._buffered >= self.BATCH:
-            self.flush()
-
-    def flush(self) -> None:
-        parts = [a.astype(np.float64) for a in self._arrays]
-        if self._scalars:
-            parts.append(np.array(self._scalars, np.float64))
-        self._arrays, self._scalars, self._buffered = [], [], 0
-        if parts:
-            self._count(np.concatenate(parts))
-
-    def _count(self, values: np.ndarray) -> None:
-        finite = np.isfinite(values)
-        if not finite.all():
-            self.nan += int(np.isnan(values).sum())
-            self.posinf += int((values == math.inf).sum())
-            self.neginf += int((values == -math.inf).sum())
-            values = values[finite]
-        if not values.size:
-            return
-        self.count += values.size
-        self.total += float(values.sum())
-        self.low = min(self.low, float(values.min()))
-        self.high = max(self.high, float(values.max()))
-        self.hist.add(values, self.integer)
-
-    def empty(self) -> bool:
-        return not (self.count or self.nan or self.posinf or self.neginf or self._buffered)
-
-    def to_json(self) -> dict:
-        self.flush()
-        found = self.count > 0
-        cast = int if self.integer else float
-        return {
-            "count": self.count,
-            "min": cast(self.low) if found else None,
-            "max": cast(self.high) if found else None,
-            "mean": self.total / self.count if found else None,
-            "nan": self.nan,
-            "posinf": self.posinf,
-            "neginf": self.neginf,
-            "histogram": self.hist.to_json(self.integer),
-        }
+from .tally import Numbers
 
 
 class Position:
@@ -251,10 +108,15 @@ class Position:
 
 def collect_stats(ds: evs.Dataset, sample: int | None, bar: tqdm) -> dict:
     """Stream over the records once; memory depends on record width, not on record count."""
-    sizes = Numbers()
-    for entries in ds.iter_entries():  # a compressed index may not fit in memory whole
-        for start in range(0, len(entries), Numbers.CHUNK):
-            sizes.add_array(entries["length"][start : start + Numbers.CHUNK] + FRAME_SIZE)
+    sizes: Numbers | None = Numbers()
+    problems = []
+    try:
+        for entries in ds.iter_entries():  # a compressed index may not fit in memory whole
+            for start in range(0, len(entries), Numbers.CHUNK):
+                sizes.add_array(entries["length"][start : start + Numbers.CHUNK] + FRAME_SIZE)
+    except evs.FormatError as exc:  # a compressed file's records may still be read
+        sizes = None
+        problems.append(f"index: {located(exc)}")
     indices = sample_indices(len(ds), sample)
     positions: list[Position] = []
     unreadable, examples = 0, []
@@ -278,7 +140,8 @@ def collect_stats(ds: evs.Dataset, sample: int | None, bar: tqdm) -> dict:
         "records_read": len(indices),
         "unreadable_records": unreadable,
         "unreadable_examples": examples,
-        "record_bytes": sizes.to_json(),
+        "problems": problems,
+        "record_bytes": None if sizes is None else sizes.to_json(),
         "positions": [
             {"field": name, **p.to_json(k)}
             for k, (p, name) in enumerate(itertools.zip_longest(positions, field_names(ds)))
@@ -298,9 +161,8 @@ def regroup(stats: dict, max_bins: int) -> tuple[list[float], list[int]]:
     m = len(counts)
     least = max(1, math.ceil(m / max_bins))
     group = min(range(least, 2 * least + 1), key=lambda g: (-m % g, g))
-    width = (edges[1] - edges[0]) * group
     merged = [sum(counts[k : k + group]) for k in range(0, m, group)]
-    bounds = [edges[0] + width * k for k in range(len(merged) + 1)]
+    bounds = [edges[min(k * group, m)] for k in range(len(merged) + 1)]  # no sum overflows
     bounds[0] = max(bounds[0], stats["min"])
     bounds[-1] = min(bounds[-1], stats["max"] + 1 if hist["integer"] else stats["max"])
     return bounds, merged
@@ -363,9 +225,14 @@ def print_stats(report: dict) -> None:
     if report["unreadable_records"]:
         examples = "; ".join(report["unreadable_examples"][:3])
         print(f"{plural(report['unreadable_records'], 'unreadable record')} skipped: {examples}")
+    for problem in report["problems"]:
+        print(f"problem: {problem}")
     print()
-    print(numbers_line(report["record_bytes"], "record bytes (frame + payload, every record)"))
-    print_lines(histogram_lines(report["record_bytes"], "  "))
+    if report["record_bytes"] is None:
+        print("record bytes: unknown (the index is unreadable)")
+    else:
+        print(numbers_line(report["record_bytes"], "record bytes (frame + payload, every record)"))
+        print_lines(histogram_lines(report["record_bytes"], "  "))
     for pos in report["positions"]:
         print()
         print(f"{field_label(pos)} {counter_text(pos['kinds'])}")
@@ -412,7 +279,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
             page.write(stats_html(report).encode("utf-8"))
         note(args, f"{PROG}: wrote {args.html}")
     if args.json:
-        print(json.dumps(report, indent=2))
+        print(json.dumps(report, indent=2, allow_nan=False))
     else:
         print_stats(report)
-    return EXIT_PROBLEMS if report["unreadable_records"] else EXIT_OK
+    return EXIT_PROBLEMS if report["unreadable_records"] or report["problems"] else EXIT_OK

@@ -81,6 +81,7 @@ def stats_html(report: dict) -> str:
         f"<h1>{html.escape(title)}</h1>",
         f"<p>{html.escape(report['file'])}: {report['records']:,} records, "
         f"{report['records_read']:,} read, {report['unreadable_records']:,} unreadable.</p>",
+        *(f"<p>problem: {html.escape(problem)}</p>" for problem in report["problems"]),
         "<section><h2>Record bytes</h2>",
         html_numbers(report["record_bytes"], "frame + payload bytes, every record"),
         "</section>",
