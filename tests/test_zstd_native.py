@@ -322,42 +322,44 @@ def test_the_lru_keeps_frames_read_again_not_lone_or_once_read_ones(tmp_path):
                 assert native.cached_frames > before + 10
 
 
-def test_gather_located_places_a_batch_as_ds_i_finds_it(tmp_path):
-    """``_native.gather_located`` (get_batch's compressed path): each record's entry as its
-    frame header gives it, its frame bytes at a place congruent to its offset modulo the
-    alignment; None for anything it cannot place whole; bad arguments refused."""
+def test_locate_batch_finds_a_batch_as_ds_i_finds_it(tmp_path):
+    """``_native.locate_batch`` (get_batch's compressed path): each record's entry as its
+    frame header gives it, the decompressed frame holding it and its frame header's place
+    there, as ``ds._located`` finds them; None for anything it cannot find whole or over
+    the limit; bad arguments refused."""
     path = tmp_path / "g.evs.zst"
     recs = _records(120)
     _write(path, recs, frame_size=1024)
     with evs.open(path) as ds:
-        zget, align = ds._source._native, ds.header.alignment
+        zget = ds._source._native
         positions = np.array([3, 3, 40, 41, 119, 0], np.int64)
-        entries, buf, shift, size, places = _native.gather_located(zget, positions, align, 1 << 20)
-        data = memoryview(buf)[shift : shift + size]
+        entries, frames, places = _native.locate_batch(zget, positions, 1 << 20)
         rows = np.frombuffer(entries, evs.container.ENTRY_DTYPE)
         at = np.frombuffer(places, np.int64)
-        assert (np.diff(at) > 0).all() and size >= at[-1] + 16 + rows["length"][-1]
+        assert len(frames) == len(rows) == len(at) == len(positions)
         for k, i in enumerate(positions.tolist()):
             frame, pos, offset, length, crc = ds._located(i)[:5]
             assert tuple(rows[k])[:3] == (offset, length, crc) and rows[k]["reserved"] == 0
-            address = np.frombuffer(buf, np.uint8).ctypes.data + shift + at[k]
-            assert address % align == offset % align
-            assert bytes(data[at[k] : at[k] + 16 + length]) == bytes(frame[pos : pos + 16 + length])
+            mine = memoryview(frames[k])
+            assert bytes(mine[at[k] : at[k] + 16 + length]) == bytes(frame[pos : pos + 16 + length])
+            address = np.frombuffer(mine, np.uint8).ctypes.data + at[k]
+            assert address % ds.header.alignment == offset % ds.header.alignment
         assert_same(ds.get_batch([3, 40])[0], np.stack([recs[3][0], recs[40][0]]))
-        assert _native.gather_located(zget, np.array([5, 120], np.int64), align, 1 << 20) is None
-        assert _native.gather_located(zget, np.array([5, -1], np.int64), align, 1 << 20) is None
-        assert _native.gather_located(zget, positions, align, 100) is None  # over the limit
-        empty = _native.gather_located(zget, np.zeros(0, np.int64), align, 1 << 20)
-        assert empty[0] == b"" and empty[3] == 8
+        assert _native.locate_batch(zget, np.array([5, 120], np.int64), 1 << 20) is None
+        assert _native.locate_batch(zget, np.array([5, -1], np.int64), 1 << 20) is None
+        total = int((rows["length"] + 16).sum())
+        assert _native.locate_batch(zget, positions, total) is not None
+        assert _native.locate_batch(zget, positions, total - 1) is None  # over the limit
+        assert _native.locate_batch(zget, np.zeros(0, np.int64), 1 << 20) == (b"", [], b"")
         with pytest.raises(TypeError):
-            _native.gather_located(object(), positions, align, 1 << 20)
+            _native.locate_batch(object(), positions, 1 << 20)
         with pytest.raises(TypeError):
-            _native.gather_located(zget, positions.astype(np.float64), align, 1 << 20)
+            _native.locate_batch(zget, positions.astype(np.float64), 1 << 20)
         with pytest.raises(ValueError, match="1-D"):
-            _native.gather_located(zget, positions.reshape(2, 3), align, 1 << 20)
+            _native.locate_batch(zget, positions.reshape(2, 3), 1 << 20)
         with pytest.raises(ValueError, match="1-D"):
-            _native.gather_located(zget, np.int64(3), align, 1 << 20)
-        with pytest.raises(ValueError):
-            _native.gather_located(zget, positions, 48, 1 << 20)
+            _native.locate_batch(zget, np.int64(3), 1 << 20)
+        with pytest.raises(ValueError, match="negative"):
+            _native.locate_batch(zget, positions, -1)
         with pytest.raises(TypeError):
-            _native.gather_located(zget, positions, align)
+            _native.locate_batch(zget, positions)

@@ -14,8 +14,9 @@
 // implementation only. Strings (UTF-8, strict) and bytes become lists of Python objects.
 //
 // Safety: the plan's steps are checked against its frame size when it is made; the buffer
-// and every column are exported for the whole call, each column must hold exactly one row per
-// record, and each frame is checked to lie inside the buffer before a byte of it is read. The
+// (or each record's buffer) and every column are exported for the whole call, each column
+// must hold exactly one row per record, and each frame is checked to lie inside its buffer
+// before a byte of it is read. The
 // frames and checksums are copied out before use. The GIL is released while the records are
 // checked and copied (only exported memory is touched then), and held while strings are made.
 #define PY_SSIZE_T_CLEAN
@@ -134,19 +135,33 @@ PyObject* decode(PyObject* self, PyObject* args) {
                           columns[s]->b.len, count, static_cast<long long>(steps[s].size));
     rows[s] = static_cast<uint8_t*>(columns[s]->b.buf);
   }
-  Buffer data;
-  if (!data.get(buffer, PyBUF_SIMPLE)) return nullptr;
-  const auto* base = static_cast<const uint8_t*>(data.b.buf);
-  const int64_t size = data.b.len;
+  // One buffer holding every frame, or a list of one buffer per record (a compressed
+  // file's decompressed frames, read where they lie).
+  const bool listed = PyList_Check(buffer);
+  if (listed && PyList_GET_SIZE(buffer) != static_cast<Py_ssize_t>(count))
+    return PyErr_Format(PyExc_ValueError, "%zd buffers for %zu frames", PyList_GET_SIZE(buffer),
+                        count);
+  std::vector<Buffer> data(listed ? count : 1);
+  std::vector<const uint8_t*> bases(count);
+  std::vector<int64_t> sizes(count);
+  for (size_t k = 0; k < data.size(); ++k) {
+    PyObject* obj = listed ? PyList_GET_ITEM(buffer, static_cast<Py_ssize_t>(k)) : buffer;
+    if (!data[k].get(obj, PyBUF_SIMPLE)) return nullptr;
+  }
+  for (size_t k = 0; k < count; ++k) {
+    const Py_buffer& b = data[listed ? k : 0].b;
+    bases[k] = static_cast<const uint8_t*>(b.buf);
+    sizes[k] = b.len;
+  }
   const int64_t frame_size = plan->frame_size;
   const auto& runs = *plan->runs;
   const std::string& expected = *plan->expected;
   std::vector<char> good(count, 0);
 
-  // A frame's place if it lies inside the buffer, else nullptr.
+  // A frame's place if it lies inside its buffer, else nullptr.
   auto frame_at = [&](size_t k) -> const uint8_t* {
     const int64_t f = frames[k];
-    return f >= 0 && f <= size - frame_size ? base + f : nullptr;
+    return f >= 0 && f <= sizes[k] - frame_size ? bases[k] + f : nullptr;
   };
   auto one = [&](size_t k) {
     const uint8_t* frame = frame_at(k);
@@ -215,7 +230,7 @@ PyObject* decode(PyObject* self, PyObject* args) {
     for (size_t k = 0; k < count; ++k) {
       PyObject* value = Py_None;
       if (good[k]) {
-        const char* p = reinterpret_cast<const char*>(base + frames[k] + step.at);
+        const char* p = reinterpret_cast<const char*>(bases[k] + frames[k] + step.at);
         value = step.kind == kText ? PyUnicode_DecodeUTF8(p, step.size, "strict")
                                    : PyBytes_FromStringAndSize(p, step.size);
         if (value == nullptr) {
@@ -313,7 +328,8 @@ void dealloc(PyObject* self) {
 PyMethodDef plan_methods[] = {
     {"decode", decode, METH_VARARGS,
      "decode(buffer, frames, crcs, checksum, outs) -> (bad, lists)\n\n"
-     "Check each record whose frame starts at buffer[frames[k]] (int64) against crcs[k]\n"
+     "Check each record whose frame starts at buffer[frames[k]] (int64; buffer: one buffer,\n"
+     "or a list of one per record, frames[k] then in buffer[k]) against crcs[k]\n"
      "(uint32; checksum: 'crc32c', 'crc32' or None: not verified) and the plan, and copy\n"
      "its tensor, scalar and Bool values into row k of their outs (one writable C-contiguous\n"
      "buffer per such value of exactly len(frames) rows, None for the others). bad: the\n"

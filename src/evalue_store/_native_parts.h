@@ -48,7 +48,7 @@ int locate(PyObject* zget, long long i, Located* out);
 // for another buffer or element type, ValueError for more dimensions) if it is not one.
 bool int64_values(PyObject* obj, const char* name, std::vector<int64_t>* out, int* ndim);
 
-// _native_gather.cc: gather_located (a compressed file's batch of records in one buffer).
+// _native_gather.cc: locate_batch (a compressed file's batch of records, in their frames).
 int add_gather(PyObject* module);
 
 // A record's frame header (docs/FORMAT.md): magic (4), crc32 (4), payload length (8); an

@@ -60,7 +60,8 @@ def decode_batch(
     alloc: Alloc,
 ) -> list | None:
     """The columns of the records whose frames start at ``buf[frames]`` (int64 offsets;
-    ``crcs``: their index entries' checksums, uint32), or None when a record does not have
+    ``buf``: one buffer, or a list of one per record; ``crcs``: their index entries'
+    checksums, uint32), or None when a record does not have
     this layout, lies outside ``buf`` or fails its ``checksum`` ('crc32c', 'crc32'; None:
     not checked): the caller then reads record by record, which says which and why.
     ``alloc(slot, shape, dtype)`` gives the array a stacked column goes in."""

@@ -184,26 +184,29 @@ def _entries_at(ds: Any, positions: np.ndarray) -> np.ndarray | None:
     return raw.view(ENTRY_DTYPE).ravel()
 
 
-def _located_rows(ds: Any, positions: np.ndarray) -> tuple[np.ndarray, Any, np.ndarray] | None:
+def _located_rows(ds: Any, positions: np.ndarray) -> tuple[np.ndarray, list, np.ndarray] | None:
     """A compressed file's batch as ``ds[i]`` finds its records (the locator, then the
     frame, each frame decompressed once while cached), in file order, in one compiled call
-    (``_native.gather_located``): their index entries (from their frame headers, checked
-    later as the index's are), one buffer holding their frames, each at a place congruent
-    to its offset modulo the alignment (as ``gather`` places them), and each frame's
-    position in it. None if a record is not found so, or the batch is over GATHER_BYTES:
-    the record-by-record path reads it, and says what is wrong."""
+    (``_native.locate_batch``): their index entries (from their frame headers, checked
+    later as the index's are), the decompressed frame holding each record, and the place of
+    its frame header in it: the batch decoder reads the records where they lie. None if a
+    record is not found so, or the batch is over GATHER_BYTES: the record-by-record path
+    reads it, and says what is wrong."""
     order = np.argsort(positions, kind="stable")
-    found = _native.gather_located(
-        ds._source._native, positions[order].astype(np.int64), ds.header.alignment, GATHER_BYTES
+    found = _native.locate_batch(
+        ds._source._native, positions[order].astype(np.int64), GATHER_BYTES
     )
     if found is None:
         return None
-    entries, buf, shift, size, places = found
+    entries, frames, places = found
     rows = np.empty(len(positions), ENTRY_DTYPE)
     rows[order] = np.frombuffer(entries, ENTRY_DTYPE)
     at = np.empty(len(positions), np.int64)
     at[order] = np.frombuffer(places, np.int64)
-    return rows, memoryview(buf)[shift : shift + size].toreadonly(), at
+    buffers = [None] * len(positions)
+    for k, frame in zip(order.tolist(), frames):
+        buffers[k] = frame
+    return rows, buffers, at
 
 
 def _segment_rows(mapped: Any, seg: Any, rows: np.ndarray) -> np.ndarray:
@@ -259,7 +262,7 @@ def _by_layout(ds: Any, positions: np.ndarray, alloc: Allocator) -> list | None:
     layouts = []
     for rows in groups:
         k = int(rows[0])  # the group's layout: read (and so checked) first if not yet known
-        frame = None if located is None else (located[1], int(located[2][k]))
+        frame = None if located is None else (memoryview(located[1][k]), int(located[2][k]))
         layout = _layout_for(
             ds, int(positions[k]), int(offsets[k]), int(lengths[k]), int(crcs[k]), frame
         )
@@ -281,11 +284,12 @@ def _by_layout(ds: Any, positions: np.ndarray, alloc: Allocator) -> list | None:
     parts = []
     for rows, layout in zip(groups, layouts):
         mine = alloc if one else Allocator(len(rows), {}, None)
+        buf_of, frames_of, crcs_of = buf, frames, crcs
         if not one:
             frames_of, crcs_of = frames[rows], crcs[rows]
-        else:
-            frames_of, crcs_of = frames, crcs
-        columns = decode_batch(layout, buf, frames_of, crcs_of, checksum, mine)
+            if isinstance(buf, list):  # each record's own frame
+                buf_of = [buf[j] for j in rows.tolist()]
+        columns = decode_batch(layout, buf_of, frames_of, crcs_of, checksum, mine)
         if columns is None:
             return None
         parts.append(columns)
