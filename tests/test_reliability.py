@@ -363,6 +363,53 @@ def test_file_size_limit_mid_append_and_mid_commit(scratch, compression):
     assert outcomes.get(b"E", 0) > 5 and outcomes.get(b"A", 0) >= 2, outcomes
 
 
+@pytest.mark.parametrize("compression", [None, "zstd"])
+def test_close_retries_a_commit_the_disk_cut_short(scratch, compression):
+    """THREAT_MODEL: after commit() raised OSError for a full disk, close() retries it. A
+    commit whose footer write hit the limit (the records, index segment and metadata were
+    written) made close() refuse, and the appended record was lost (attacker finding,
+    session 11, C01). Now such a commit is cut off and its records stay appended, so close()
+    commits them once there is room; a compressed writer that had written the commit's
+    frames refuses instead, and close() keeps the last commit (documented)."""
+    old_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    path = scratch / ("c.evs.zst" if compression else "c.evs")
+    outcomes = set()
+    try:
+        for extra in range(0, 1200, 6):
+            with evs.Writer(path, "w", compression=compression) as w:
+                w.append(record(1))
+            w = evs.Writer(path, "a")
+            w.append(record(2))
+            resource.setrlimit(resource.RLIMIT_FSIZE, (os.path.getsize(path) + extra, hard))
+            try:
+                w.commit()
+                failed = False
+            except OSError as exc:
+                assert exc.errno == errno.EFBIG
+                failed = True
+            finally:
+                resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+            if not failed:
+                w.close()
+                outcomes.add("fit")
+                continue
+            try:
+                w.close()
+                outcome = "retried"
+            except evs.ClosedError:
+                assert compression, f"+{extra} bytes: a plain commit was not retried"
+                outcome = "refused"
+            outcomes.add(outcome)
+            with evs.open(path) as ds:
+                assert len(ds) == (2 if outcome == "retried" else 1), f"+{extra} bytes"
+                assert all(same(ds[i], i + 1) for i in range(len(ds))) and ds.verify().ok
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, old_handler)
+    assert {"fit", "retried"} <= outcomes, outcomes
+
+
 def _mount(*args: str) -> bool:
     if sys.platform != "linux" or os.geteuid() != 0 or shutil.which("mount") is None:
         return False

@@ -234,10 +234,13 @@ class Appending:
     def commit(self, force: bool = False) -> None:
         """Make every appended record durable and visible to readers.
 
-        If this raises (an interrupt, a failed fsync), the commit either took effect as a
-        whole or not at all; the writer then refuses to go on (reopen with mode="a"), and
-        ``abort()``, as leaving a ``with`` block by the exception does, never cuts off a
-        commit that took effect.
+        If this raises (an interrupt, a full disk, a failed fsync), the commit either took
+        effect as a whole or not at all. One that took effect is kept, and the writer then
+        refuses to go on (reopen with mode="a"); ``abort()``, as leaving a ``with`` block by
+        the exception does, never cuts it off. One that did not is undone: its records stay
+        appended, and the next ``commit()`` or ``close()`` tries again, except where its
+        bytes cannot be cut (a compressed file's frames already written), when the writer
+        refuses to go on and ``close()`` keeps the last commit.
         """
         self._check_open()
         if self._pending or self._metadata_dirty or force:
@@ -256,6 +259,7 @@ class Appending:
         try:
             commit, footer = self._commit_blocks()
             self._sink.marker = None  # (the last commit's must not stand in: see below)
+            self._inflight_from = start
             self._inflight = replace(commit, end=commit.footer_offset + len(footer))
         except BaseException as exc:
             if self._inflight is None:  # nothing is visible yet: the next try starts afresh
@@ -321,8 +325,12 @@ class Appending:
         """After an exception inside the commit protocol: did the commit take effect?
 
         It did exactly when the bytes that make it visible to readers (the footer; for a
-        compressed file, the seek table) are all in the file; it is then adopted, so that
-        abort() keeps it. None: the file could not be read to tell.
+        compressed file, the index block) are all in the file; it is then adopted, so that
+        abort() keeps it, and the writer refuses to go on. If it did not, a plain file's
+        commit blocks are cut off and its records stay pending, for the next commit (the
+        writer refuses to go on until that is done: an interrupt may land in between); a
+        compressed file's frames were written, so the writer refuses to go on. None: the
+        file could not be read to tell.
         """
         marker = self._sink.marker
         visible: bool | None = False
@@ -341,4 +349,13 @@ class Appending:
             self._adopt(self._inflight)
         elif visible is False:
             self._inflight = None
+            if not self._sink.compressed and self._cut_back(self._inflight_from):
+                self._failed = ""  # the next commit writes the blocks again (one store, last)
         return visible
+
+    def _cut_back(self, pos: int) -> bool:
+        """Forget the logical bytes from ``pos`` on (cut from the file): True if done."""
+        try:
+            return self._sink.rewind(pos)
+        except OSError:
+            return False

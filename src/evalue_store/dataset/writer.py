@@ -158,6 +158,7 @@ class Writer(WriterFields, Appending):
         self._retired = -1  # the old file's descriptor while a rebuilt one takes its place
         self._failed = ""  # why the writer cannot go on, after a write it could not undo
         self._inflight: Commit | None = None  # a commit whose footer write has begun
+        self._inflight_from = 0  # the logical end before its blocks (where an undo cuts)
         self._column_frames: tuple | None = None  # columns.append_columns' last layout, buffer
         self._mutex = threading.RLock()
         self._pid = os.getpid()
