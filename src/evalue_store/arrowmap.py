@@ -138,6 +138,8 @@ def _list_values(name: str, column: Any) -> list[Any]:
         wrap = ListInt
     elif pa.types.is_floating(item):
         wrap = ListDouble
+    elif pa.types.is_null(item):  # a block whose lists are all empty: [] as append stores it
+        wrap = ListInt  # (a null item inside one is a missing value, refused below)
     else:
         raise EncodeError(f"column {name!r}: a list of {item} has no EValue kind")
     if column.null_count or pc.list_flatten(column).null_count:
