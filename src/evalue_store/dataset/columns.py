@@ -34,6 +34,7 @@ from ..codec.batch import encode_batch, frame_buffer
 from ..codec.kinds import S_BOOL, S_BYTES, S_NONE, S_SCALAR, S_TENSOR, S_TEXT
 from ..codec.layout import Layout
 from ..container import ENTRY, ENTRY_DTYPE, FRAME_SIZE
+from ..dtypes import BFLOAT16
 from ..errors import EncodeError
 from ..values import INT64_MAX, Kind, Typed, _is_torch_tensor, as_array
 from .pipeline import WriteBehind
@@ -63,14 +64,16 @@ class Column:
                 )
             value = value.tolist()
         if isinstance(value, np.ndarray) or _is_torch_tensor(value):
-            array = as_array(value) if value.ndim > 1 or force_tensor else np.asarray(value)
+            tensor_like = value.ndim > 1 or force_tensor or _is_torch_tensor(value)  # (bf16)
+            array = as_array(value) if tensor_like else np.asarray(value)
             if array.ndim == 0:
                 raise EncodeError(f"column {key!r}: a 0-d array has no rows")
             if array.ndim == 1 and not force_tensor:
                 self.scalar = _SCALAR_KINDS.get(array.dtype.kind)
                 if self.scalar is None:
+                    dtype = "bfloat16" if array.dtype == BFLOAT16 else array.dtype
                     raise EncodeError(
-                        f"column {key!r}: a 1-D {array.dtype} array is neither Int, Double nor "
+                        f"column {key!r}: a 1-D {dtype} array is neither Int, Double nor "
                         "Bool values; wrap it in evs.Tensor(...) for 0-d tensors"
                     )
                 if array.dtype.kind == "u" and len(array) and array.max() > INT64_MAX:
