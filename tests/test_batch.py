@@ -261,7 +261,9 @@ def test_out_buffers_on_the_column_path(w1_path, indices):
     ],
 )
 def test_out_buffers_that_do_not_fit(w1_path, out, message):
-    with evs.open(w1_path) as ds, pytest.raises(ValueError, match=message):
+    """An evs.BatchError (a ValueError, as every evs.Error here): it was a ValueError outside
+    the family (attacker finding, session 11, sixth run, C04)."""
+    with evs.open(w1_path) as ds, pytest.raises(evs.BatchError, match=message):
         ds.get_batch([9, 2, 2000], out=out)
 
 
@@ -377,8 +379,34 @@ def test_records_of_different_value_counts(tmp_path):
     path = tmp_path / "counts.evs"
     with evs.Writer(path) as writer:
         writer.extend([[1, 2], [3], [4, 5]])
-    with evs.open(path) as ds, pytest.raises(ValueError, match="record 1 has 1 values"):
+    with evs.open(path) as ds, pytest.raises(evs.BatchError, match="record 1 has 1 values"):
         ds.get_batch([0, 1, 2])
+
+
+@pytest.mark.parametrize("compression", [None, "zstd"])
+def test_a_field_given_as_a_list_holds_what_ds_i_holds(tmp_path, compression):
+    """A field mixing None with Int, Bool, Double or 0-d tensor values comes back as a list:
+    of numpy scalars, once the batch was decoded by layout and merged (attacker finding,
+    session 11, sixth run, C02). Now of the values ds[i] gives, in files and across shards."""
+    paths = []
+    for s in range(3):
+        paths.append(tmp_path / f"s{s}.evs")
+        with evs.Writer(paths[-1], compression=compression) as writer:
+            for i in range(s * 40, s * 40 + 40):
+                none = s == 2 or i % 2 == 0
+                writer.append(
+                    [
+                        None if none and s else i,
+                        None if none else i % 4 == 1,
+                        None if none and s != 1 else i / 3,
+                        np.array(i, np.float32) if s == 1 else float(i),
+                    ]
+                )
+    for source in [paths[0], paths[1], paths]:
+        with evs.open_shards(source) as ds:
+            every = list(range(len(ds)))
+            assert_batch(ds.get_batch(every), expected(ds, every))
+            assert_batch(ds.get_batch(every[::-3]), expected(ds, every[::-3]))
 
 
 def test_threads_share_a_dataset(w1_path):
@@ -483,6 +511,24 @@ def test_dataloader_batches_equal_collated_samples(loader_path, as_dict, workers
                 assert torch.equal(value, want[key])
             else:
                 assert value == want[key]
+
+
+def test_records_of_different_value_counts_reach_any_collate_fn(tmp_path):
+    """A DataLoader over unnamed records with different numbers of values failed with any
+    collate_fn: __getitems__ raised get_batch's error (attacker finding, session 11, sixth
+    run, C06). The fetcher now gets the samples, as ds[i] gives them."""
+    path = tmp_path / "counts.evs"
+    with evs.Writer(path) as writer:
+        for i in range(10):
+            writer.append([np.full(2, i, np.int64), i][: 1 + i % 2] + ["x"] * (i % 3))
+    ds = EValueDataset(str(path))
+    for workers in (0, 2):
+        loader = DataLoader(ds, batch_size=4, num_workers=workers, collate_fn=lambda b: b)
+        got = [sample for samples in loader for sample in samples]
+        assert len(got) == 10
+        for sample, want in zip(got, (ds[i] for i in range(10))):
+            assert len(sample) == len(want) and torch.equal(sample[0], want[0])
+            assert sample[1:] == want[1:]
 
 
 def test_default_collate_receives_samples(tmp_path):

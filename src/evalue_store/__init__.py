@@ -4,6 +4,7 @@ from .dataset.reader import Dataset, VerifyReport
 from .dataset.reader import open_dataset as open
 from .dtypes import BFLOAT16, bfloat16_to_float32, float32_to_bfloat16
 from .errors import (
+    BatchError,
     ClosedError,
     EncodeError,
     Error,
@@ -48,6 +49,7 @@ __all__ = [
     "recover",
     "train_dictionary",
     "Bool",
+    "BatchError",
     "ClosedError",
     "Double",
     "EncodeError",

@@ -99,6 +99,12 @@ class EncodeError(Error, ValueError):
     """A value that has no EValue encoding (wrong type, out of range, unsupported dtype)."""
 
 
+class BatchError(Error, ValueError):
+    """A batch that cannot be made as asked (``get_batch``): an ``out`` buffer that does not
+    fit its field or names no field, or records with different numbers of values (a batch's
+    columns are by position)."""
+
+
 class WriterLockedError(Error, RuntimeError):
     """Another writer holds the file's lock; only one writer may append at a time."""
 

@@ -26,7 +26,7 @@ from .layout import Layout
 
 BOOL = np.dtype("?")
 
-Alloc = Callable[[int, tuple, np.dtype], np.ndarray]
+Alloc = Callable[[int, tuple, np.dtype, bool], np.ndarray]  # (slot, shape, dtype, scalar)
 
 
 def _value_size(kind: int, detail: Any) -> int:
@@ -64,7 +64,8 @@ def decode_batch(
     checksums, uint32), or None when a record does not have
     this layout, lies outside ``buf`` or fails its ``checksum`` ('crc32c', 'crc32'; None:
     not checked): the caller then reads record by record, which says which and why.
-    ``alloc(slot, shape, dtype)`` gives the array a stacked column goes in."""
+    ``alloc(slot, shape, dtype, scalar)`` gives the array a stacked column goes in
+    (``scalar``: of Int, Double or Bool values, not tensors)."""
     count = len(frames)
     columns: list[Any] = []
     outs: list[Any] = []
@@ -72,7 +73,7 @@ def decode_batch(
     for k, (kind, _, _, detail) in enumerate(layout.slots):
         if kind == S_TENSOR:
             dtype, shape, strides, nbytes, numel = detail
-            out = alloc(k, shape, dtype)
+            out = alloc(k, shape, dtype, False)
             if numel is None:
                 data = np.empty((count, nbytes), np.uint8)
                 reorder.append((out, data, (count, *shape), dtype, (nbytes, *strides)))
@@ -80,7 +81,7 @@ def decode_batch(
             else:
                 outs.append(out)
         elif kind == S_SCALAR or kind == S_BOOL:
-            out = alloc(k, (), BOOL if kind == S_BOOL else detail)
+            out = alloc(k, (), BOOL if kind == S_BOOL else detail, True)
             outs.append(out)
         else:
             out = [None] * count if kind == S_NONE else None

@@ -12,7 +12,7 @@ Records that share one layout (codec.layout) are checked and copied into their c
 one compiled pass per record (codec.batch_decode); any other batch is read record by record,
 exactly as ``ds[i]`` reads, and then stacked. Either way every record is checked as
 ``ds[i]`` checks it (its checksum too with ``verify=True``), and an error names the record
-(FormatError) or the field (ValueError for an ``out`` that does not fit).
+(FormatError) or the field (BatchError for an ``out`` that does not fit).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from ..codec import compile_layout
 from ..codec.batch_decode import decode_batch
 from ..container import ENTRY_DTYPE, ENTRY_SIZE, FRAME_SIZE
 from ..dtypes import BFLOAT16
-from ..errors import FIELDS, FormatError
+from ..errors import FIELDS, BatchError, FormatError
 from ..values import _is_torch_tensor
 from . import indexing
 
@@ -51,12 +51,12 @@ def field_keys(names: tuple[str, ...] | None, out: Out) -> dict[int, Any]:
     for key, target in out.items():
         if isinstance(key, str):
             if names is None or key not in names:
-                raise ValueError(f"out[{key!r}]: the file has no field named {key!r}")
+                raise BatchError(f"out[{key!r}]: the file has no field named {key!r}")
             position = names.index(key)
         else:
             position = operator.index(key)
             if position < 0 or (names is not None and position >= len(names)):
-                raise ValueError(f"out[{key!r}]: no field at position {key}")
+                raise BatchError(f"out[{key!r}]: no field at position {key}")
         by_position[position] = target
     return by_position
 
@@ -68,7 +68,7 @@ def _as_numpy(target: Any) -> np.ndarray:
         return target
     if _is_torch_tensor(target):
         if target.device.type != "cpu":
-            raise ValueError(f"an out tensor must be in CPU memory, not on {target.device}")
+            raise BatchError(f"an out tensor must be in CPU memory, not on {target.device}")
         import torch
 
         if target.dtype == torch.bfloat16:
@@ -78,7 +78,7 @@ def _as_numpy(target: Any) -> np.ndarray:
     raise TypeError(f"an out buffer is a numpy array or a torch tensor, not {kind}")
 
 
-class OutRefused(ValueError):
+class OutRefused(BatchError):
     """An ``out`` buffer that does not fit its field: the batch path that asked stands
     aside, and the record-by-record path, which knows each record's values, says so (a
     layout learned from another record of the same length may have asked wrongly)."""
@@ -96,11 +96,16 @@ class Allocator:
     def __init__(self, count: int, outs: dict[int, Any], names: Any, new: Any = None):
         self.count, self.outs, self.names = count, outs, names
         self.new = new or (lambda shape, dtype: np.empty(shape, dtype))
+        self.scalars: set[int] = set()  # slots stacked from Int, Double or Bool values
 
     def label(self, k: int) -> str:
         return f"field {self.names[k]!r}" if self.names and k < len(self.names) else f"field {k}"
 
-    def __call__(self, k: int, shape: tuple, dtype: np.dtype) -> np.ndarray:
+    def __call__(self, k: int, shape: tuple, dtype: np.dtype, scalar: bool) -> np.ndarray:
+        """The array of slot ``k`` (``scalar``: stacked from Int, Double or Bool values,
+        which a list of them gives back as Python numbers)."""
+        if scalar:
+            self.scalars.add(k)
         full = (self.count, *shape)
         if k not in self.outs:
             try:
@@ -127,7 +132,7 @@ class Allocator:
         array = _as_numpy(self.outs[k])
         if array.ndim == 0 or array.shape[0] != 0:
             shape = list(array.shape)
-            raise ValueError(f"out for {self.label(k)}: shape {shape}, the batch has 0 records")
+            raise BatchError(f"out for {self.label(k)}: shape {shape}, the batch has 0 records")
 
     def refuse_list(self, k: int, why: str) -> None:
         if k in self.outs:
@@ -281,9 +286,10 @@ def _by_layout(ds: Any, positions: np.ndarray, alloc: Allocator) -> list | None:
             buf, frames = source.gather(offsets, lengths + FRAME_SIZE)
         except FormatError:
             return None
-    parts = []
+    parts, allocs = [], []
     for rows, layout in zip(groups, layouts):
         mine = alloc if one else Allocator(len(rows), {}, None)
+        allocs.append(mine)
         buf_of, frames_of, crcs_of = buf, frames, crcs
         if not one:
             frames_of, crcs_of = frames[rows], crcs[rows]
@@ -294,7 +300,7 @@ def _by_layout(ds: Any, positions: np.ndarray, alloc: Allocator) -> list | None:
             return None
         parts.append(columns)
     if len(parts) > 1:
-        return _merge(groups, parts, len(positions), alloc)
+        return _merge(groups, parts, allocs, len(positions), alloc)
     for k in alloc.outs:
         if not isinstance(parts[0][k], np.ndarray):
             alloc.refuse_list(k, "they are not tensors or scalars")
@@ -302,10 +308,12 @@ def _by_layout(ds: Any, positions: np.ndarray, alloc: Allocator) -> list | None:
 
 
 def _merge(
-    groups: list[np.ndarray], parts: list[list], count: int, alloc: Allocator
+    groups: list[np.ndarray], parts: list[list], allocs: list, count: int, alloc: Allocator
 ) -> list | None:
     """The columns of a batch from its groups' columns (``groups[g]``: the batch rows of
-    group g): arrays where every group's are of one dtype and row shape, else lists."""
+    group g, whose columns ``allocs[g]`` made): arrays where every group's are of one dtype
+    and row shape, else lists of the values as ``ds[i]`` gives them (Python numbers for
+    Int, Double and Bool values, arrays for tensors, 0-d ones included)."""
     width = len(parts[0])
     if any(len(columns) != width for columns in parts):
         return None  # the record-by-record path says which records differ
@@ -317,13 +325,19 @@ def _merge(
             isinstance(p, np.ndarray) and (p.dtype, p.shape[1:]) == (first.dtype, first.shape[1:])
             for p in pieces
         ):
-            out = alloc(k, first.shape[1:], first.dtype)
+            scalar = all(k in mine.scalars for mine in allocs)
+            out = alloc(k, first.shape[1:], first.dtype, scalar)
             for rows, piece in zip(groups, pieces):
                 out[rows] = piece
         else:
             alloc.refuse_list(k, "its values differ in kind, dtype or shape")
             out = [None] * count
-            for rows, piece in zip(groups, pieces):
+            for rows, piece, mine in zip(groups, pieces, allocs):
+                if isinstance(piece, np.ndarray):  # a group's stacked column, row by row
+                    if k in mine.scalars:
+                        piece = piece.tolist()
+                    else:
+                        piece = [piece[j, ...] for j in range(len(rows))]
                 for row, value in zip(rows.tolist(), piece):
                     out[row] = value
         merged.append(out)
@@ -356,13 +370,13 @@ def stack_records(records: list, where: Sequence[int], alloc: Allocator) -> list
     width = len(records[0])
     for record, i in zip(records, where):
         if len(record) != width:
-            raise ValueError(
+            raise BatchError(
                 f"record {i} has {len(record)} values, record {where[0]} has {width}: "
                 "a batch needs one value count"
             )
     for k in alloc.outs:
         if k >= width:
-            raise ValueError(f"out for {alloc.label(k)}: the records have {width} values")
+            raise BatchError(f"out for {alloc.label(k)}: the records have {width} values")
     return [_stack([r[k] for r in records], k, alloc) for k in range(width)]
 
 
@@ -374,7 +388,7 @@ def _stack(values: list, k: int, alloc: Allocator) -> Any:
         shape = first.shape
         if one_kind and set(map(_DTYPE_AND_SHAPE, values)) == {(first.dtype, shape)}:
             try:
-                out = alloc(k, shape, first.dtype)
+                out = alloc(k, shape, first.dtype, False)
             except Unstackable as exc:
                 alloc.refuse_list(k, str(exc))
                 return values
@@ -387,7 +401,7 @@ def _stack(values: list, k: int, alloc: Allocator) -> Any:
         return values
     dtype = _SCALAR_DTYPES.get(kind)
     if dtype is not None and one_kind:
-        out = alloc(k, (), dtype)
+        out = alloc(k, (), dtype, True)
         out[...] = values
         return out
     alloc.refuse_list(k, f"{kind.__name__} values" if dtype is None else "mixed kinds")
@@ -422,16 +436,17 @@ def sharded_batch(sds: Any, indices: Any, out: Out = None, new: Any = None) -> B
         # less read by itself than its share of a shard's batch setup and of the merge
         records = _one_by_one(sds, positions, shard_of)
         return name_columns(stack_records(records, positions.tolist(), alloc), names, alloc)
-    groups, parts = [], []
+    groups, parts, allocs = [], [], []
     for k in shards:
         rows = np.flatnonzero(shard_of == k)
         part = Allocator(len(rows), {}, names)
         parts.append(read_columns(sds.shard(k), positions[rows] - sds.offsets[k], part))
         groups.append(rows)
-    columns = _merge(groups, parts, len(positions), alloc)
+        allocs.append(part)
+    columns = _merge(groups, parts, allocs, len(positions), alloc)
     if columns is None:
         widths = sorted({len(p) for p in parts})
-        raise ValueError(f"the shards' records have different numbers of values: {widths}")
+        raise BatchError(f"the shards' records have different numbers of values: {widths}")
     return name_columns(columns, names, alloc)
 
 

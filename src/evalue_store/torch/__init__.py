@@ -34,6 +34,7 @@ from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
 from ..dataset import batch, indexing
 from ..dataset.reader import Dataset as FileDataset
+from ..errors import BatchError
 from ..shards import ShardedDataset, Source, open_shards
 from .batching import BatchSamples, Columns, Padded, as_torch, as_torch_record, collate
 
@@ -123,11 +124,15 @@ class EValueDataset(Dataset):
         """The samples of a batch. Without a transform they come as one ``BatchSamples``:
         every fixed-shape tensor field already stacked (``get_batch``; in a DataLoader
         worker, into shared memory), which ``collate`` hands on as it is; any other
-        collate_fn sees an ordinary sequence of samples."""
+        collate_fn sees an ordinary sequence of samples. Records with different numbers
+        of values make no columns: they come as a list of samples, as ``ds[i]`` gives them."""
         if self.transform is not None:
             return [self._sample(r) for r in self.data.get_many(indices)]
         made = Columns()
-        columns = batch.sharded_batch(self.data, indices, new=made.new)
+        try:
+            columns = batch.sharded_batch(self.data, indices, new=made.new)
+        except BatchError:  # (no out buffers here: only value counts that differ)
+            return [self._sample(r) for r in self.data.get_many(indices)]
         items = columns.items() if isinstance(columns, dict) else enumerate(columns)
         torch_columns = {key: made.to_torch(column) for key, column in items}
         return BatchSamples(torch_columns, len(indices), self.data.open_options["as_dict"])
