@@ -267,6 +267,16 @@ def test_out_buffers_that_do_not_fit(w1_path, out, message):
         ds.get_batch([9, 2, 2000], out=out)
 
 
+def test_out_keys_are_names_or_positions_not_bools(w1_path):
+    """True was taken as position 1 (attacker remark, session 11, sixth run)."""
+    with evs.open(w1_path) as ds:
+        features = np.empty((2, 16), np.float32)
+        assert ds.get_batch([1, 0], out={np.int64(1): features})["features"] is features
+        for key in (True, np.bool_(False)):
+            with pytest.raises(TypeError, match="not a bool"):
+                ds.get_batch([1, 0], out={key: features})
+
+
 def test_an_empty_batch_holds_the_out_buffers(tmp_path, w1_path):
     """get_batch([]) with out: B = 0, so a buffer [0, ...] fits and comes back as given;
     one that holds rows is refused naming the field. Unnamed and sharded files too."""

@@ -99,6 +99,15 @@ def test_positional_and_compressed(tmp_path):
         assert (evs.read_dictionary(path) is None) == (dictionary is None)
 
 
+def test_numpy_integer_positions(tmp_path):
+    """Columns keyed by numpy integers are by position, as get_batch's out keys are."""
+    path = tmp_path / "np_keys.evs"
+    with evs.Writer(path) as writer:
+        writer.extend_columns({np.int64(1): np.ones(3), np.int32(0): np.arange(3)})
+    with evs.open(path) as ds:
+        assert ds.get_many([0, 2]) == [[0, 1.0], [2, 1.0]]
+
+
 def test_columns_of_every_kind(tmp_path):
     """Columns that keep one layout, and columns that make each record its own."""
     n = 40

@@ -53,6 +53,8 @@ def field_keys(names: tuple[str, ...] | None, out: Out) -> dict[int, Any]:
             if names is None or key not in names:
                 raise BatchError(f"out[{key!r}]: the file has no field named {key!r}")
             position = names.index(key)
+        elif isinstance(key, (bool, np.bool_)):
+            raise TypeError(f"out[{key!r}]: a field is named by a str or a position, not a bool")
         else:
             position = operator.index(key)
             if position < 0 or (names is not None and position >= len(names)):

@@ -168,10 +168,11 @@ def columns_of(columns: Mapping[Any, Any]) -> tuple[Any, int]:
     if all(isinstance(k, str) for k in keys):
         record: Any = {k: Column(k, v) for k, v in columns.items()}
         found = list(record.values())
-    elif all(isinstance(k, int) and not isinstance(k, bool) for k in keys):
-        if sorted(keys) != list(range(len(keys))):
+    elif all(isinstance(k, (int, np.integer)) and not isinstance(k, bool) for k in keys):
+        by_position = {int(k): v for k, v in columns.items()}  # (numpy integers as ints)
+        if sorted(by_position) != list(range(len(keys))):
             raise EncodeError(f"columns by position must be 0..{len(keys) - 1}, not {sorted(keys)}")
-        found = [Column(k, columns[k]) for k in range(len(keys))]
+        found = [Column(k, by_position[k]) for k in range(len(keys))]
         record = found
     else:
         raise EncodeError("columns are keyed all by field name or all by position")
