@@ -196,6 +196,8 @@ def test_value_mapping_and_wrappers(tmp_path):
         ([evs.ListBool("ab")], "ListBool needs a list"),
         ([evs.ListTensor(3)], "ListTensor needs a list"),
         (["\ud800"], "UTF-8"),
+        ([evs.Double(10**400)], "too large for a double"),  # OverflowError before
+        ([evs.ListDouble([1, 10**400])], "too large for a double"),
     ],
 )
 def test_unencodable_values_raise_encode_error(tmp_path, bad, message):
@@ -223,6 +225,36 @@ def test_typed_wrappers_accept_numbers_of_their_kind(tmp_path):
         w.append(values)
     got = evs.open(tmp_path / "t.evs")[0]
     assert got == [-5, 3, 7, 3.0, 0.5, True, False, [0, 1, 2], [1.0, 2.5], [False, True]]
+
+
+def test_bool_tensors_of_other_bytes_are_stored_as_their_values(tmp_path):
+    """A bool array viewed from uint8 bytes other than 0 and 1 was committed as it was, and
+    every read of it then failed ("bool tensor holds a byte other than 0 or 1"), by append,
+    extend and extend_columns, alone or in lists (attacker finding, session 11, seventh
+    run, C01). It is stored as the values numpy sees in it."""
+    import torch
+
+    raw = np.array([0, 2, 1, 255], np.uint8)
+    mask, want = raw.view(bool), raw != 0
+    tmask = torch.tensor(raw).view(torch.bool)
+    path = tmp_path / "bools.evs"
+    with evs.Writer(path) as w:
+        w.append([mask, tmask, [mask, mask[::2]], evs.ListOptionalTensor([None, mask])])
+        w.extend([[mask, tmask, [mask], [None]]])
+        w.extend_columns(
+            {0: np.stack([mask, mask]), 1: [tmask, tmask], 2: [[], [mask]], 3: [[None], [None]]}
+        )
+    with evs.open(path) as ds:
+        assert ds.verify().ok and len(ds) == 4
+        for record in ds:
+            for value in [
+                record[0],
+                record[1],
+                *record[2],
+                *[v for v in record[3] if v is not None],
+            ]:
+                assert value.view(np.uint8).max() <= 1
+                assert np.array_equal(value, want[: len(value)] if len(value) == 4 else want[::2])
 
 
 def test_bfloat16_round_trip(tmp_path):

@@ -122,6 +122,11 @@ def as_array(value: Any) -> np.ndarray:
     dtype_code(array.dtype)  # raises EncodeError for dtypes without a ScalarType
     if array.ndim > MAX_RANK:
         raise EncodeError(f"tensor rank {array.ndim} exceeds {MAX_RANK}")
+    if array.dtype == np.bool_ and array.size and array.view(np.uint8).max() > 1:
+        # A bool array viewed from other bytes (uint8 masks: ``m.view(bool)``) holds bytes
+        # other than 0 and 1, which the format does not allow (FORMAT.md section 5): the
+        # values numpy sees in it, stored as 0 and 1.
+        array = array.view(np.uint8) != 0
     return array
 
 
@@ -289,7 +294,10 @@ def _check_double(value: Any) -> float:
         value, (int, float, np.integer, np.floating)
     ):
         raise EncodeError(f"Double needs a real number, not {value!r}")
-    return float(value)
+    try:
+        return float(value)
+    except OverflowError:  # an int beyond the doubles (10**400)
+        raise EncodeError(f"Double: the integer {value} is too large for a double") from None
 
 
 def _check_bool(value: Any) -> bool:

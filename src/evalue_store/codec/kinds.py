@@ -194,10 +194,15 @@ MAX_HEADS = 4096  # tensor headers remembered (bounded: shapes may all differ)
 _HEADS: dict[tuple, bytes] = {}
 
 
+_BOOL = np.dtype(np.bool_)
+
+
 class TensorCodec:
     kind = Kind.TENSOR
 
     def encode(self, out: Any, array: np.ndarray) -> None:
+        if array.dtype is _BOOL and array.size and array.view(np.uint8).max() > 1:
+            array = array.view(np.uint8) != 0  # stored as the values numpy sees (as_array)
         head = _HEADS.get((array.dtype, array.shape, array.strides))
         if head is not None:  # the common case: a shape seen before, stored as it is
             cur = out.cur
