@@ -209,6 +209,8 @@ def test_appends_go_on_after_columns(tmp_path):
         ({0: np.ones(3), 2: np.ones(3)}, "must be 0..1"),
         ({"a": np.ones(3, np.complex64)}, "neither Int, Double nor Bool"),
         ({"a": np.zeros(3, evs.BFLOAT16)}, "a 1-D bfloat16 array is neither"),
+        ({"a": ["ok", "\ud800"]}, "UTF-8"),  # UnicodeEncodeError before (session 11, C02)
+        ({"a": np.array(["ok", "\ud800"])}, "UTF-8"),
         ({"a": torch.zeros(3, dtype=torch.bfloat16)}, "a 1-D bfloat16 array is neither"),
         ({"a": np.array([1, 2**63], np.uint64)}, "row 1"),
         ({"a": np.float32(3)}, "not float32"),

@@ -204,10 +204,11 @@ def test_declared_names_in_metadata_carry_over_and_are_checked(tmp_path):
     for bad in ("ab", [], [1], ["a", "a"]):
         with pytest.raises(evs.EncodeError):
             evs.Writer(tmp_path / "bad.evs", metadata={FIELDS_KEY: bad})
-    with evs.Writer(src, "a", metadata={FIELDS_KEY: ["other", "names", "here"]}) as w:
-        with pytest.raises(evs.EncodeError, match="names the fields"):
-            w.append(positional(9))
+    with pytest.raises(evs.EncodeError, match="names the fields"):  # refused when opened
+        evs.Writer(src, "a", metadata={FIELDS_KEY: ["other", "names", "here"]})
     assert evs.open(src).fields == NAMES  # the stored names were not clobbered
+    with evs.Writer(src, "a") as w:  # and the file is free again
+        w.append(positional(9))
 
 
 def test_shard_writer_names_every_shard(tmp_path):
@@ -360,3 +361,92 @@ def test_as_dict_on_an_unnamed_file_raises_and_releases_it(tmp_path):
             evs.open(path, as_dict=True)
     if before is not None:
         assert len(os.listdir("/proc/self/fd")) <= before + 1
+
+
+def test_a_field_name_that_is_not_unicode_is_refused_at_once(tmp_path):
+    """A dict key with a lone surrogate fixed the names; every commit and close() then
+    failed with UnicodeEncodeError, losing every record of the session, valid ones too
+    (attacker finding, session 11, seventh run, C04)."""
+    path = tmp_path / "s.evs"
+    with evs.Writer(path) as w:
+        for record in ({"tok\ud800": 1}, {"ok": 1, "\udfff": 2}):
+            with pytest.raises(evs.EncodeError, match="not valid Unicode"):
+                w.append(record)
+        with pytest.raises(evs.EncodeError, match="not valid Unicode"):
+            w.extend_columns({"\ud800": np.arange(3)})
+        w.extend(named(i) for i in range(3))
+    assert len(evs.open(path)) == 3 and evs.open(path).fields == NAMES
+
+
+def test_names_must_fit_the_records_they_name(tmp_path):
+    """Names given in metadata to a file of unnamed records were not checked against them
+    (FORMAT.md section 7 rule 3): records of 2 values got 1 or 3 names, and reading them
+    as dicts then failed (attacker finding, session 11, seventh run, C05)."""
+    path = tmp_path / "lists.evs"
+    with evs.Writer(path) as w:
+        w.append([1, 2])
+    for names in (["only"], ["x", "y"], ["x", "y", "z"]):
+        with evs.Writer(path, "a") as w, pytest.raises(evs.EncodeError, match="without names"):
+            w.set_metadata({FIELDS_KEY: names, "k": 1})
+        with pytest.raises(evs.EncodeError, match="without names"):
+            evs.Writer(path, "a", metadata={FIELDS_KEY: names})
+    with evs.open(path) as ds:
+        assert ds.fields is None and ds.metadata == {} and len(ds) == 1
+    with evs.Writer(tmp_path / "new.evs") as w:  # lists of this writer: their counts are known
+        w.extend([[1, 2], [3, 4]])
+        with pytest.raises(evs.EncodeError, match=r"records of \[2\] values"):
+            w.set_metadata({FIELDS_KEY: ["a", "b", "c"]})
+        w.set_metadata({FIELDS_KEY: ["a", "b"]})
+    assert evs.open(tmp_path / "new.evs", as_dict=True)[1] == {"a": 3, "b": 4}
+
+
+def test_metadata_keys_that_become_one_json_key_are_refused(tmp_path):
+    """json.dumps makes keys strings: {1: 'a', '1': 'b'} was stored with "1" twice, and a
+    reader kept one value (attacker finding, session 11, seventh run, C03)."""
+    for metadata in ({1: "a", "1": "b"}, {True: 1, "true": 2}, {"x": {None: 1, "null": 2}}):
+        with pytest.raises(evs.EncodeError, match="appears twice"):
+            evs.Writer(tmp_path / "m.evs", "w", metadata=metadata)
+        with evs.Writer(tmp_path / "m.evs", "w") as w, pytest.raises(evs.EncodeError):
+            w.set_metadata(metadata)
+    with evs.Writer(tmp_path / "m.evs", "w", metadata={0: "cat", 1: "dog"}):
+        pass  # int keys alone are fine: they are stored as "0" and "1"
+    assert evs.open(tmp_path / "m.evs").metadata == {"0": "cat", "1": "dog"}
+
+
+@pytest.mark.parametrize("how", ["writer", "shards"])
+def test_named_records_salvaged_from_a_crash_take_their_names_again(tmp_path, how):
+    """A writer of dicts killed before its first commit leaves records whose names died
+    with it: mode "a" and ShardWriter(resume=True) salvaged them unnamed, and the resumed
+    loop of the same dicts then failed ("a dict record after records without field
+    names"; attacker finding, session 11, seventh run, C09). The first dict now names them
+    when its fields fit every salvaged record; else it is refused."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "s-00000.evs"
+    child = f"""
+import os, numpy as np, evalue_store as evs
+w = evs.ShardWriter({str(tmp_path / "s-{:05d}.evs")!r}, max_records=1000)
+for i in range(6):
+    w.append({{"tokens": np.arange(i + 1), "label": i, "id": f"ex-{{i}}"}})
+w._writer._sink.flush()
+os.kill(os.getpid(), 9)
+"""
+    subprocess.run([sys.executable, "-c", child], check=False)
+    crashed = path.read_bytes()
+    with pytest.raises(evs.EncodeError, match=r"records of \[3\] values"):
+        with evs.Writer(path, "a") as w:
+            w.append({"tokens": np.arange(1), "label": 0})  # two fields: they do not fit
+    assert evs.open(path).fields is None and len(evs.open(path)) == 6  # salvaged, kept
+    path.write_bytes(crashed)
+    if how == "writer":
+        with evs.Writer(path, "a") as w:
+            w.extend(named(i) for i in range(6, 8))
+    else:
+        with evs.ShardWriter(str(tmp_path / "s-{:05d}.evs"), max_records=1000, resume=True) as w:
+            assert len(w) == 6
+            w.extend(named(i) for i in range(6, 8))
+    with evs.open(path, as_dict=True) as ds:
+        assert ds.fields == NAMES and len(ds) == 8
+        for i in range(8):
+            same(ds[i], named(i))

@@ -65,6 +65,14 @@ def parse_metadata(raw: bytes, offset: int) -> dict:
     return value
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict:
+    keys = [key for key, _ in pairs]
+    if len(set(keys)) != len(keys):
+        twice = next(key for key in keys if keys.count(key) > 1)
+        raise ValueError(f"the key {twice!r} appears twice once keys are made strings")
+    return dict(pairs)
+
+
 def encode_metadata(metadata: dict | None) -> bytes:
     """A writer's metadata as the block's bytes (empty for None), or EncodeError: only what
     ``parse_metadata`` accepts is written."""
@@ -74,7 +82,9 @@ def encode_metadata(metadata: dict | None) -> bytes:
         raise EncodeError("metadata must be a dict of JSON values")
     try:
         data = json.dumps(metadata, ensure_ascii=False, allow_nan=False).encode("utf-8")
-        parsed = json.loads(data, parse_int=double_int)  # as a reader will: no huge integer
+        # As a reader will: no huge integer; and no key twice (json.dumps makes keys
+        # strings, so {1: .., "1": ..} would be written with "1" repeated).
+        parsed = json.loads(data, parse_int=double_int, object_pairs_hook=_unique_keys)
     except (TypeError, ValueError) as exc:
         raise EncodeError(f"metadata is not JSON-serializable: {exc}") from None
     except RecursionError:

@@ -28,7 +28,7 @@ from ..container import (
     encode_footer,
     valid_alignment,
 )
-from ..errors import ClosedError
+from ..errors import ClosedError, EncodeError
 from ..metadata import encode_metadata
 from .columns import append_columns
 from .rows import extend_rows
@@ -129,7 +129,9 @@ class Appending:
                     sink.write(chunk, len(chunk))  # bytearrays and 1-D uint8 arrays
                 pending += ENTRY.pack(offset, length, crc, 0)  # the record is appended
                 if fields is None:
-                    self._record_appended(fixed)
+                    self._record_appended(fixed, len(values))
+                else:
+                    fields.counts.add(len(values))
             except BaseException as exc:  # an interrupt lands anywhere: all or nothing
                 del pending[entries:]
                 self._undo_record(offset, exc)
@@ -195,7 +197,14 @@ class Appending:
     def set_metadata(self, metadata: dict | None) -> None:
         """Replace the file's metadata at the next commit (None removes it)."""
         self._check_open()
-        self._metadata_bytes = encode_metadata(metadata)
+        data = encode_metadata(metadata)
+        before = self.__dict__.get("_user_metadata", b""), self.__dict__.get("_declared_names")
+        self._metadata_bytes = data
+        try:
+            self._field_state()  # names it gives must fit the records
+        except EncodeError:
+            self.__dict__["_user_metadata"], self.__dict__["_declared_names"] = before
+            raise
         self._metadata_dirty = True
 
     def __len__(self) -> int:

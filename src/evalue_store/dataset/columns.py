@@ -147,7 +147,10 @@ def _items_block(items: list, kind: int, size: Any) -> np.ndarray | None:
         if text.isascii():  # one byte per character
             joined = text.encode("ascii")
         else:
-            data = [item.encode("utf-8") for item in items]
+            try:
+                data = [item.encode("utf-8") for item in items]
+            except UnicodeEncodeError:  # a lone surrogate: the row by row path says which
+                return None
             joined = b"".join(data)
     else:
         joined = b"".join(items)
@@ -257,7 +260,7 @@ def append_columns(writer: Any, columns: Mapping[Any, Any]) -> range:
         del writer._pending[pending:]
         writer._undo_record(offset, exc)
         raise
-    writer._record_appended(fixed)
+    writer._record_appended(fixed, len(ordered))
     return range(first, first + count)
 
 

@@ -34,6 +34,10 @@ def check_names(names: Any, error: type = EncodeError) -> tuple[str, ...]:
     for name in names:
         if not isinstance(name, str):
             raise error(f"field names are strings, not {type(name).__name__} ({name!r:.40})")
+        try:
+            name.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate: the metadata JSON could not be written
+            raise error(f"field name {name!r:.40} is not valid Unicode (UTF-8)") from None
     if len(set(names)) != len(names):
         raise error(f"field names repeat: {list(names)!r:.200}")
     return tuple(names)
@@ -58,13 +62,18 @@ class Fields:
     """The field names of the records one writer (or ShardWriter) appends, and whether
     unnamed records were appended (after which a dict cannot name them)."""
 
-    __slots__ = ("names", "positional", "why")
+    __slots__ = ("names", "positional", "why", "existing", "counts", "salvaged")
 
     def __init__(
         self, names: tuple[str, ...] | None = None, positional: bool = False, why: str = ""
     ):
         self.names = names
         self.positional = positional
+        self.existing = positional  # unnamed records were there before: their counts unknown
+        self.counts: set[int] = set()  # value counts of the unnamed records appended since
+        # value counts of records salvaged from a crash into a file that had none: a
+        # writer of dicts killed before its first commit left them without their names
+        self.salvaged: set[int] = set()
         self.why = why or (
             "a dict record after records without field names: this file's records "
             "are positional (append lists, or write the dicts to a new file)"
@@ -98,6 +107,8 @@ class Fields:
             if not record:
                 raise EncodeError("a dict record needs at least one field")
             fixed = check_names(list(record.keys()))
+            if self.salvaged:
+                self._check_unnamed(fixed)
             return [record[name] for name in fixed], fixed
         if len(record) != len(names) or any(name not in record for name in names):
             missing = [n for n in names if n not in record]
@@ -115,12 +126,14 @@ class Fields:
             )
         return [record[name] for name in names], None
 
-    def accept(self, fixed: tuple[str, ...] | None) -> None:
-        """After a record was appended: the names it fixed, or that it was unnamed."""
+    def accept(self, fixed: tuple[str, ...] | None, count: int) -> None:
+        """After a record of ``count`` values was appended: the names it fixed, or that it
+        was unnamed."""
         if fixed is not None:
             self.names = fixed
         elif self.names is None:
             self.positional = True
+            self.counts.add(count)
 
     def declare(self, names: tuple[str, ...]) -> None:
         """Names given in metadata: they fix the names unless fixed already, and must then
@@ -129,7 +142,24 @@ class Fields:
             raise EncodeError(
                 f"metadata names the fields {list(names)}, but this file's are {list(self.names)}"
             )
+        if self.names is None:
+            self._check_unnamed(names)
         self.names = names
+
+    def _check_unnamed(self, names: tuple[str, ...]) -> None:
+        """Names given to records that have none so far must fit every one of them
+        (FORMAT.md section 7 rule 3: one value per name)."""
+        if self.existing:
+            raise EncodeError(
+                f"the fields {list(names)} cannot be given to this file: it holds records "
+                "written without names (write them to a new file with the names)"
+            )
+        wrong = sorted((self.counts | self.salvaged) - {len(names)})
+        if wrong:
+            raise EncodeError(
+                f"{len(names)} field names {list(names)} for records of {wrong} values "
+                "appended (or salvaged from a crash) without names"
+            )
 
 
 class WriterFields:
@@ -185,8 +215,11 @@ class WriterFields:
                 names, why = self._file_names(), ""
             except FormatError as exc:  # lists can still be appended, by position
                 names, why = None, f"the file's field names cannot be read ({exc}): append lists"
-            positional = names is None and (len(self) > 0 or bool(why))  # type: ignore
-            state = Fields(names, positional, why)
+            salvaged = self.__dict__.get("_salvaged_counts")  # into a file that had none
+            unnamed = len(self) > 0 and not salvaged  # type: ignore
+            state = Fields(names, names is None and (unnamed or bool(why)), why)
+            if names is None and salvaged:
+                state.salvaged = set(salvaged)
             declared = self.__dict__.get("_declared_names")
             if declared is not None:
                 state.declare(declared)
@@ -222,12 +255,12 @@ class WriterFields:
                 f"a record in a file of named fields needs {len(state.names)} values "
                 f"({', '.join(state.names)}), not {count}"
             )
-        state.accept(None)
+        state.accept(None, count)
 
-    def _record_appended(self, fixed: tuple[str, ...] | None) -> None:
+    def _record_appended(self, fixed: tuple[str, ...] | None, count: int) -> None:
         state = self.__dict__["_fields"]
         if fixed is not None:
             if not self._metadata_dirty:  # keep the file's own metadata (mode "a")
                 self.__dict__["_user_metadata"] = self._file_metadata()
             self._metadata_dirty = True
-        state.accept(fixed)
+        state.accept(fixed, count)

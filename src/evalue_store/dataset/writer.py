@@ -14,11 +14,13 @@ import weakref
 from typing import Any
 
 from .. import __version__
+from ..codec import value_count
 from ..container import (
     DEFAULT_ALIGNMENT,
     DEFAULT_VERSION,
     ENTRY,
     ENTRY_SIZE,
+    FRAME_SIZE,
     Commit,
     checksum_function,
     empty_commit,
@@ -200,6 +202,8 @@ class Writer(WriterFields, Appending):
             if size:
                 self._open_existing(size, metadata is not None, alignment)
                 self._check_asked(asked)
+                if metadata is not None:
+                    self._field_state()  # names it gives must fit the file's records
             else:
                 self._create(alignment, compression, dictionary)
                 if self.durable:
@@ -342,6 +346,10 @@ class Writer(WriterFields, Appending):
         self._start_writeback()
         for offset, length, crc in state.found:
             self._pending += ENTRY.pack(offset, length, crc, 0)
+        if state.found and not self._commit.record_count:  # their names died with the writer
+            self.__dict__["_salvaged_counts"] = {
+                value_count(self._sink.read(offset + FRAME_SIZE, 4)) for offset, _, _ in state.found
+            }
         if state.found or self._commit.number == 0:
             self._commit_now()  # salvaged records become durable before anything new
 

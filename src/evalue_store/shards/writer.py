@@ -173,7 +173,11 @@ class ShardWriter:
         )
         self.salvage = self._writer.salvage
         self._count = sum(s.records for s in self.shards) + len(self._writer)
-        self._fields = Fields(self._writer.fields, self._writer.fields is None and self._count > 0)
+        # Unnamed records: in earlier shards, or in the last one unless they were salvaged
+        # into it from a crash (then a dict may name them: the Writer checks it).
+        earlier = sum(s.records for s in self.shards)
+        unnamed = earlier > 0 or self._writer._field_state().positional
+        self._fields = Fields(self._writer.fields, self._writer.fields is None and unnamed)
 
     def _full(self, writer: Writer) -> bool:
         return shard_full(writer, self.max_records, self.max_bytes)
@@ -188,7 +192,7 @@ class ShardWriter:
         returns its global index across all shards."""
         if self._closed:
             raise ClosedError("ShardWriter is closed")
-        _, fixed = self._fields.values(record)  # the same names across shards
+        values, fixed = self._fields.values(record)  # the same names across shards
         if self._writer is not None and self._full(self._writer):
             self._finish_shard()
         if self._writer is None:
@@ -205,7 +209,7 @@ class ShardWriter:
                 **self.writer_options,
             )
         self._writer.append(record)
-        self._fields.accept(fixed)
+        self._fields.accept(fixed, len(values))
         self._count += 1
         return self._count - 1
 
