@@ -805,6 +805,40 @@ def test_export_jsonl_refuses_nan_and_infinity(tmp_path):
     assert os.listdir(tmp_path / "out") == []
 
 
+def test_export_refuses_values_that_would_pack_back_as_others(tmp_path):
+    """npz: a string ending in NUL packed back cut ('a\\0' -> 'a'), b'' as b'\\0', a 0-d
+    tensor as a number; java: b'ab' as the String 'ab', and b'\\xff' as a .bin pack
+    refused. Export now refuses them with exit 2 naming the record (attacker findings,
+    session 11, seventh run, C06-C08); what it writes packs back as it was."""
+    cases = {
+        "npz": [["a\0"], [b""], [np.array(2.5, np.float32)], [np.array(True)]],
+        "java": [[b"ab"], [b"\xff\xfe", "s"]],
+    }
+    for fmt, records in cases.items():
+        for k, record in enumerate(records):
+            src = tmp_path / f"{fmt}{k}.evs"
+            with evs.Writer(src) as w:
+                w.append(["fine"])
+                w.append(record)
+            error = run("export", src, "--to", tmp_path / f"o{fmt}{k}", "--format", fmt, code=2)
+            assert "record 1: " in error.stderr and "form" in error.stderr, error.stderr
+    kept = [["a\0b", b"\0", b"y\0", np.array([2.5], np.float32), np.array(3 + 1j)], ["", 0]]
+    src = tmp_path / "kept.evs"
+    with evs.Writer(src) as w:
+        w.extend(kept)
+    run("export", src, "--to", tmp_path / "kept", "--format", "npz")
+    run("pack", tmp_path / "kept", "-o", tmp_path / "back.evs")
+    with evs.open(tmp_path / "back.evs") as back:
+        for got, want in zip(back, kept):
+            assert len(got) == len(want)
+            for g, w in zip(got, want):
+                assert type(g) is type(w) and (
+                    np.array_equal(g, w) and g.dtype == w.dtype
+                    if isinstance(w, np.ndarray)
+                    else g == w
+                )
+
+
 def test_merge(packed, tmp_path):
     out, records = packed
     other = tmp_path / "other.evs"

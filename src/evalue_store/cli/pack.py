@@ -307,10 +307,19 @@ def cmd_pack(args: argparse.Namespace) -> int:
 
 
 def npz_value(value: Any) -> np.ndarray:
-    """The inverse of pack's .npz rule: tensors as they are, scalars as 0-d arrays."""
+    """The inverse of pack's .npz rule: tensors as they are, scalars as 0-d arrays. A value
+    that rule would read back as another is refused: a 0-d numeric tensor (read as a
+    number), a string ending in NUL (numpy drops trailing NULs), an empty byte string (a
+    0-d byte array holds at least one byte)."""
     kind = kind_name(value)
     if kind == "Tensor":
+        if value.ndim == 0 and value.dtype.kind in "biuf":
+            raise evs.EncodeError("a 0-d tensor has no .npz form (it packs back as a number)")
         return value
+    if kind == "String" and value.endswith("\0"):
+        raise evs.EncodeError("a string ending in NUL has no .npz form; try --format java")
+    if kind == "Bytes" and not value:
+        raise evs.EncodeError("an empty byte string has no .npz form")
     if kind in ("Int", "Double", "Bool", "String", "Bytes"):
         return np.array(value)
     if kind in ("ListInt", "ListDouble", "ListBool", "List(empty)"):
@@ -365,6 +374,8 @@ def export_records(ds: evs.Dataset, args: argparse.Namespace, bar: tqdm) -> int:
     for i, record in enumerate(ds):
         try:
             if args.format == "java":
+                if any(kind_name(v) == "Bytes" for v in record):  # Java Strings are text
+                    raise evs.EncodeError("byte strings have no Java form; try --format npz")
                 data = java.dumps_record(record)
             else:
                 keys = names if isinstance(names, list) and len(names) == len(record) else None
