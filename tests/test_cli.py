@@ -839,6 +839,46 @@ def test_export_refuses_values_that_would_pack_back_as_others(tmp_path):
                 )
 
 
+def test_outputs_that_are_devices_fifos_or_inputs_are_refused(tmp_path):
+    """Outputs are replaced by a rename: copy -o /dev/full --force, run as root, replaced
+    the device with a file, and -o FIFO (stats --html, dictionary) waited forever reading it;
+    pack x.jsonl -o x.jsonl --force and export F.jsonl --to . --force destroyed their only
+    input (attacker findings, session 11, eighth run, C05, C09). The library's Writer(...,
+    "w") replaced a FIFO too."""
+    import stat
+
+    src = tmp_path / "a.evs"
+    with evs.Writer(src) as w:
+        w.extend([[i, f"s{i}", np.arange(i % 5)] for i in range(300)])
+    packed = tmp_path / "a.evs.zst"
+    run("compress", src, "-o", packed, "--quiet")
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for args in (
+        ["stats", src, "--html", fifo],
+        ["dictionary", packed, "-o", fifo],
+        ["copy", src, "-o", fifo, "--force"],
+        ["compress", src, "-o", fifo, "--force"],
+        ["merge", src, src, "-o", fifo, "--force"],
+    ):
+        error = run(*args, code=2).stderr
+        assert "fifo: is not a regular file" in error, (args, error)
+        assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+    with pytest.raises(evs.FormatError, match="not a regular file"):
+        evs.Writer(fifo, "w")
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+    lines = tmp_path / "x.jsonl"
+    lines.write_text('[1, "a"]\n')
+    assert (
+        "is an input of this command" in run("pack", lines, "-o", lines, "--force", code=2).stderr
+    )
+    assert lines.read_text() == '[1, "a"]\n'
+    named = tmp_path / "rec.jsonl"  # a container named like the export's output
+    shutil.copyfile(src, named)
+    error = run("export", named, "--to", tmp_path, "--format", "jsonl", "--force", code=2).stderr
+    assert "is an input of this command" in error and evs.open(named).verify().ok
+
+
 def test_merge(packed, tmp_path):
     out, records = packed
     other = tmp_path / "other.evs"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import os
 import secrets
+import stat
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -31,18 +32,27 @@ _held: dict[str, int] = {}
 
 
 def check_output(path: str) -> None:
-    """An output's folder must exist and the output must not be a folder (the errors would
-    otherwise name the temporary file)."""
+    """An output's folder must exist (the errors would otherwise name the temporary file),
+    and an existing output must be a regular file: outputs are replaced by a rename, which
+    would put a file in place of a device (as root, /dev/full), a FIFO or a socket, and
+    reading one to see whether it is a container could wait forever."""
     folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        raise CliError(path, f"no such folder {folder}")
+    if not path or not os.path.isdir(folder):
+        raise CliError(path or '""', f"no such folder {folder}" if path else "no file name given")
     if os.path.isdir(path):
         raise CliError(path, "is a directory; give a file name")
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return  # none yet (or a dangling link: the rename decides)
+    if not stat.S_ISREG(mode):
+        raise CliError(path, "is not a regular file (a device, FIFO or socket); give a file name")
 
 
 def refuse_container(path: str, what: str) -> None:
     """A page or a dictionary never replaces a container (`stats F --html F`): it may hold
     the only copy of its data."""
+    check_output(path)  # not a FIFO or device, whose read could wait forever
     try:
         with open(path, "rb") as f:
             head = f.read(len(MAGIC))
@@ -50,6 +60,20 @@ def refuse_container(path: str, what: str) -> None:
         return
     if head == MAGIC or is_compressed(head):
         raise CliError(path, f"is an evalue_store container; {what} never replaces one")
+
+
+def refuse_input(path: str, inputs: list[str]) -> None:
+    """An output that is one of the command's inputs (by another name too: a link, a
+    relative path) is refused, --force or not: replacing it would destroy what is read."""
+    if not os.path.exists(path):
+        return
+    for source in inputs:
+        try:
+            same = os.path.samefile(path, source)
+        except OSError:
+            continue
+        if same:
+            raise CliError(path, f"is an input of this command ({source}); it is never replaced")
 
 
 def refuse_overwrite(path: str, force: bool, append: bool = False) -> None:

@@ -23,7 +23,7 @@ import evalue_store as evs
 from .. import java
 from ..dataset.fields import FIELDS_KEY
 from ..files import fsync_dir
-from .output import new_file, output_writer, refuse_overwrite
+from .output import new_file, output_writer, refuse_input, refuse_overwrite
 from .registry import command, file_arg, format_version_arg, json_object
 from .render import (
     EXIT_OK,
@@ -298,6 +298,7 @@ def cmd_pack(args: argparse.Namespace) -> int:
     if not args.append:
         refuse_overwrite(args.output, args.force, append=True)
     files = expand_inputs(args)
+    refuse_input(args.output, files)
     written, size = pack_files(files, args)
     print(
         f"packed {plural(written, 'record')} from {plural(len(files), 'file')} into {args.output} "
@@ -356,6 +357,7 @@ def export_records(ds: evs.Dataset, args: argparse.Namespace, bar: tqdm) -> int:
     if args.format == "jsonl":
         stem = os.path.splitext(os.path.basename(ds.path))[0]
         out_path = os.path.join(args.to, stem + ".jsonl")
+        refuse_input(out_path, [ds.path])
         with new_file(out_path, clobber=args.force) as out:
             for i, record in enumerate(ds):
                 try:
@@ -387,6 +389,7 @@ def export_records(ds: evs.Dataset, args: argparse.Namespace, bar: tqdm) -> int:
             raise CliError(ds.path, f"record {i}: {exc}") from None
         suffix = ".bin" if args.format == "java" else ".npz"
         path = export_name(args, i, n, suffix)
+        refuse_input(path, [ds.path])
         with new_file(path, clobber=args.force, durable=False) as out:
             if args.format == "java":
                 out.write(data)
