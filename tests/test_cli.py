@@ -663,6 +663,17 @@ def test_pack_rules_for_npz_npy_and_globs(packed, tmp_path):
     run("pack", sorted((tmp_path / "samples").glob("*.npz"))[0], "-o", out, "--append")
     with evs.open(out) as ds:
         assert len(ds) == 13 and ds.metadata["split"] == "train"
+    # Appended .npz arrays go by name: the same names in another order land under their
+    # fields; other names are refused. They went by position, silently (attacker finding,
+    # session 11, eighth run, C01).
+    tokens, features, label, ident = w1_record(50)
+    np.savez(tmp_path / "shuffled.npz", id=ident, label=label, features=features, tokens=tokens)
+    run("pack", tmp_path / "shuffled.npz", "-o", out, "--append")
+    with evs.open(out) as ds:
+        assert len(ds) == 14 and same_record(ds[13], [tokens, features, label, ident])
+    np.savez(tmp_path / "other.npz", tokens=tokens, features=features, label=label, name=ident)
+    bad = run("pack", tmp_path / "other.npz", "-o", out, "--append", code=2, inprocess=True)
+    assert "must have the file's fields" in bad.stderr and len(evs.open(out)) == 14
     run("pack", npy / "a.npy", "-o", out, "--force", inprocess=True)
     assert len(evs.open(out)) == 1
     assert (

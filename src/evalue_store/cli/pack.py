@@ -79,8 +79,12 @@ def npz_source(path: str, args: argparse.Namespace, fields: Counter) -> Source:
         for name in members:
             with npz.zip.open(name) as member:
                 check_npy_size(member, npz.zip.getinfo(name).file_size, f"member {name}: ")
-        fields[tuple(name.removesuffix(".npy") for name in members)] += 1
-        yield path, [scalar_or_array(npz[name]) for name in members]
+        names = tuple(name.removesuffix(".npy") for name in members)
+        fields[names] += 1
+        values = [scalar_or_array(npz[name]) for name in members]
+        # Appended to a file of named fields: by name, so that the writer puts each array
+        # under its field, and refuses an archive of other names
+        yield path, dict(zip(names, values)) if args.npz_by_name else values
 
 
 def check_npy_size(f: BinaryIO, size: int, where: str = "") -> None:
@@ -231,6 +235,7 @@ def pack_files(files: list[str], args: argparse.Namespace) -> tuple[int, int]:
         metadata=args.metadata,
         format_version=args.format_version,
     ) as writer:
+        args.npz_by_name = args.append and writer.fields is not None
         try:
             with progress(args, len(files), "pack", "file") as bar:
                 for path in files:
