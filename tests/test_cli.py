@@ -1015,6 +1015,17 @@ def test_decompress_of_a_file_with_a_tail_says_the_tail_is_left_out(tmp_path):
     assert f"uncommitted tail ({tail:,} bytes" in proc.stderr and "recover" in proc.stderr
     with evs.open(tmp_path / "out.evs") as ds:
         assert len(ds) == 30 and ds.uncommitted_bytes == 0
+    # copy, compress and merge say so too, and refuse to replace such an input with its
+    # copy: the tail's records were lost with exit 0 and no word (attacker finding,
+    # session 11, eighth run, C04)
+    for command, extra in (("copy", []), ("compress", []), ("merge", [packed])):
+        out = tmp_path / f"{command}.evs"
+        proc = run(command, packed, *extra, "-o", out, inprocess=True)
+        assert f"{packed}: its uncommitted tail ({tail:,} bytes" in proc.stderr
+        before = packed.read_bytes()
+        error = run(command, packed, *extra, "-o", packed, "--force", code=2).stderr
+        assert "has an uncommitted tail" in error and packed.read_bytes() == before
+    assert evs.recover(packed).salvaged_records > 0  # the tail is still there to salvage
 
 
 # ----------------------------------------------------------------------------- outputs

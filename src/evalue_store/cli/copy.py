@@ -41,6 +41,28 @@ from .render import (
 ZSTD_LEVELS = (-(1 << 17), 22)  # zstd's negative "fast" levels, then 1 (fast) to 22 (small)
 
 
+def uncommitted_tail(args: argparse.Namespace, ds: evs.Dataset, path: str) -> int:
+    """Bytes after ``path``'s last commit (a writer died, or is writing), which OUT will not
+    hold. When OUT is ``path`` itself, replacing it would lose them: refused (exit 2)."""
+    tail = ds.uncommitted_bytes
+    if tail and os.path.exists(args.output) and os.path.samefile(args.output, path):
+        raise CliError(
+            path,
+            f"has an uncommitted tail ({tail:,} bytes after the last commit) that replacing "
+            f'it would lose; "{PROG} recover {path}" first keeps what it holds',
+        )
+    return tail
+
+
+def tail_note(args: argparse.Namespace, path: str, tail: int) -> None:
+    if tail:
+        note(
+            args,
+            f"{PROG}: {path}: its uncommitted tail ({tail:,} bytes after the last commit) "
+            f'is not in {args.output}; "{PROG} recover {path}" first keeps what it holds',
+        )
+
+
 def _merge_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("inputs", nargs="+", metavar="FILE", help="containers, in order")
     p.add_argument("-o", "--output", required=True, metavar="OUT", help="container to write")
@@ -56,6 +78,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
     refuse_overwrite(args.output, args.force)
     datasets = [open_dataset(path) for path in args.inputs]
     try:
+        tails = [uncommitted_tail(args, ds, path) for ds, path in zip(datasets, args.inputs)]
         metadata = dict(args.metadata if args.metadata is not None else datasets[0].metadata)
         names = {field_names(ds) for ds in datasets}
         if len(names) == 1 and FIELDS_KEY not in metadata and names != {()}:
@@ -84,6 +107,8 @@ def cmd_merge(args: argparse.Namespace) -> int:
     )
     if len(names) > 1:
         print(f"the inputs name their fields differently: {args.output} names none")
+    for path, tail in zip(args.inputs, tails):
+        tail_note(args, path, tail)
     return EXIT_OK
 
 
@@ -130,6 +155,7 @@ def cmd_copy(args: argparse.Namespace) -> int:
         skipped.append((i, reason))
 
     with open_dataset(args.file) as ds:
+        tail = uncommitted_tail(args, ds, args.file)
         options: dict[str, Any] = {}
         if ds.compressed:
             options = {"compression": "zstd", "dictionary": evs.read_dictionary(args.file)}
@@ -151,6 +177,7 @@ def cmd_copy(args: argparse.Namespace) -> int:
                 print(f"  record {i}: {reason}")
             if len(skipped) > 50:
                 print(f"  ... and {len(skipped) - 50:,} more (--json lists all)")
+    tail_note(args, args.file, tail)
     return EXIT_PROBLEMS if skipped else EXIT_OK
 
 
@@ -207,6 +234,7 @@ def cmd_compress(args: argparse.Namespace) -> int:
     refuse_overwrite(args.output, args.force)
     before = os.path.getsize(args.file)  # OUT may be FILE itself (with --force)
     with open_dataset(args.file) as ds:
+        tail = uncommitted_tail(args, ds, args.file)
         options: dict[str, Any] = {
             "compression": "zstd",
             "level": args.level,
@@ -223,6 +251,7 @@ def cmd_compress(args: argparse.Namespace) -> int:
         f"compressed {args.file} ({before:,} bytes) into {args.output} ({after:,} bytes, "
         f"{after / max(before, 1):.2f}x)"
     )
+    tail_note(args, args.file, tail)
     return EXIT_OK
 
 
@@ -291,6 +320,7 @@ def cmd_decompress(args: argparse.Namespace) -> int:
     with open_dataset(args.file) as ds:
         if not ds.compressed:
             raise CliError(args.file, "is not compressed")
+        tail = uncommitted_tail(args, ds, args.file)
         with replacing(args.output) as temp:
             with open(temp, "xb") as out, progress(args, ds.logical_size, "decompress", "B") as bar:
                 for chunk in ds.logical_chunks():
@@ -301,14 +331,8 @@ def cmd_decompress(args: argparse.Namespace) -> int:
             with evs.open(temp) as check:  # what we wrote must be a valid container
                 if len(check) != len(ds):
                     raise CliError(args.output, "decompressed output lost records")
-        tail = ds.uncommitted_bytes
     print(f"decompressed {args.file} into {args.output} ({os.path.getsize(args.output):,} bytes)")
-    if tail:
-        note(
-            args,
-            f"{PROG}: {args.file}: its uncommitted tail ({tail:,} bytes after the last commit) "
-            f'is not in {args.output}; "{PROG} recover {args.file}" first keeps what it holds',
-        )
+    tail_note(args, args.file, tail)
     return EXIT_OK
 
 
