@@ -890,6 +890,23 @@ def test_outputs_that_are_devices_fifos_or_inputs_are_refused(tmp_path):
     assert "is an input of this command" in error and evs.open(named).verify().ok
 
 
+def test_an_output_that_is_a_symlink_stays_one(packed, tmp_path):
+    """pack --append and copy --force through a symlink replaced the link with a new file:
+    the file it named kept its old records, the link's path had others (attacker finding,
+    session 11, eighth run, C08)."""
+    out, records = packed
+    real = tmp_path / "real" / "data.evs"
+    real.parent.mkdir()
+    shutil.copyfile(out, real)
+    link = tmp_path / "current.evs"
+    link.symlink_to(real)
+    run("pack", sorted((tmp_path / "samples").glob("*.npz"))[0], "-o", link, "--append")
+    assert link.is_symlink() and len(evs.open(real)) == len(records) + 1
+    run("copy", out, "-o", link, "--force")
+    assert link.is_symlink() and len(evs.open(real)) == len(records)
+    assert not [p for p in real.parent.iterdir() if p.name != "data.evs"]  # no leftovers
+
+
 def test_merge(packed, tmp_path):
     out, records = packed
     other = tmp_path / "other.evs"

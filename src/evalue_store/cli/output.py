@@ -105,24 +105,30 @@ def release(path: str | None = None) -> None:
 @contextmanager
 def replacing(path: str, *, clobber: bool = True, durable: bool = True) -> Iterator[str]:
     """A temporary name beside ``path`` to build the output under; when the block ends, it is
-    renamed to ``path`` and the folder fsynced (``durable``). On any exception, Ctrl-C and
+    renamed to ``path`` (to the file a symlink names) and the folder fsynced (``durable``).
+    OUT is a new file then: another hard link to the old one keeps the old bytes. On any
+    exception, Ctrl-C and
     SIGTERM included, the temporary file is removed, so ``path`` is as it was or complete.
 
     The rename is refused while a running Writer holds ``path`` (its later commits would go
     to an unlinked inode); without ``clobber`` an existing ``path`` is never replaced.
     """
     check_output(path)
-    temp = f"{path}.{os.getpid()}-{secrets.token_hex(3)}.partial"
+    # A symlink to a file stays one: the file it names is replaced (as Writer(link, "a")
+    # appends to it), else the link would become a copy and the file keep its old records.
+    # Without clobber a link is never followed.
+    target = os.path.realpath(path) if clobber and os.path.islink(path) else path
+    temp = f"{target}.{os.getpid()}-{secrets.token_hex(3)}.partial"
     try:
         yield temp
         if clobber:
             try:
                 held = _held.pop(path, None)
                 if held is None:
-                    replace_locked(temp, path, durable=durable)
+                    replace_locked(temp, target, durable=durable)
                 else:
                     try:
-                        replace_held(temp, path, held, durable=durable)
+                        replace_held(temp, target, held, durable=durable)
                     finally:
                         os.close(held)
             except evs.WriterLockedError:
