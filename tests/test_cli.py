@@ -907,6 +907,35 @@ def test_an_output_that_is_a_symlink_stays_one(packed, tmp_path):
     assert not [p for p in real.parent.iterdir() if p.name != "data.evs"]  # no leftovers
 
 
+def test_pack_append_keeps_a_torn_tail_under_out_s_name(tmp_path):
+    """pack --append into a file with a torn tail kept the damaged bytes under the name of
+    its temporary copy (OUT.<pid>-<hex>.partial.tail-N, which looks like a leftover that is
+    safe to delete), and a failed run left one each time (attacker finding, session 11,
+    eighth run, C03)."""
+    out = tmp_path / "torn.evs"
+    pid = os.fork()
+    if pid == 0:  # a writer killed after a commit and more appends
+        w = evs.Writer(out)
+        w.extend([[i, np.full(4096, i, np.float32)] for i in range(20)])
+        w.commit()
+        w.extend([[i, np.full(4096, i, np.float32)] for i in range(20, 40)])
+        w._sink.flush()
+        os._exit(0)
+    os.waitpid(pid, 0)
+    out.write_bytes(out.read_bytes()[:-1000])  # the last record torn
+    before = out.read_bytes()
+    lines = tmp_path / "one.jsonl"
+    lines.write_text('[5, [1.0, 2.0]]\n[1, "x", \n')  # the second line is not JSON
+    run("pack", lines, "-o", out, "--append", code=2)
+    assert out.read_bytes() == before and sorted(os.listdir(tmp_path)) == ["one.jsonl", "torn.evs"]
+    lines.write_text("[5, [1.0, 2.0]]\n")
+    proc = run("pack", lines, "-o", out, "--append")
+    sides = [p for p in os.listdir(tmp_path) if ".tail-" in p]
+    assert len(sides) == 1 and re.fullmatch(r"torn\.evs\.tail-\d+", sides[0]), sides
+    assert f"damaged tail kept in {out}.tail-" in proc.stderr
+    assert len(evs.open(out)) == 40  # 20 committed, 19 salvaged, 1 packed
+
+
 def test_merge(packed, tmp_path):
     out, records = packed
     other = tmp_path / "other.evs"

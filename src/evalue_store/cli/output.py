@@ -191,18 +191,25 @@ def output_writer(
             _held[path] = held = open_locked(path, os.O_RDONLY | os.O_NONBLOCK)
         except evs.WriterLockedError:
             raise CliError(path, LOCKED) from None
-        with replacing(path) as temp:
-            _copy_file(held, temp)
-            with evs.Writer(temp, "a", metadata=metadata) as writer:
-                if writer.salvage:
-                    s = writer.salvage
-                    print(
-                        f"{PROG}: {path}: salvaged {s.salvaged_records} records of a crashed "
-                        f"writer first"
-                        + (f"; damaged tail kept in {s.side_file}" if s.side_file else ""),
-                        file=sys.stderr,
-                    )
-                yield writer
+        salvage = None
+        try:
+            with replacing(path) as temp:
+                _copy_file(held, temp)
+                with evs.Writer(temp, "a", metadata=metadata) as writer:
+                    salvage = writer.salvage
+                    yield writer
+        except BaseException:
+            if salvage is not None and salvage.side_file:  # OUT still holds those bytes
+                with suppress(FileNotFoundError):
+                    os.unlink(salvage.side_file)
+            raise
+        if salvage is not None:
+            side = _side_name(salvage.side_file, temp, path) if salvage.side_file else None
+            print(
+                f"{PROG}: {path}: salvaged {salvage.salvaged_records} records of a crashed "
+                "writer first" + (f"; damaged tail kept in {side}" if side else ""),
+                file=sys.stderr,
+            )
         return
     if append:  # nothing to add to: a new file, which a file appearing meanwhile beats
         check_output(path)
@@ -214,6 +221,26 @@ def output_writer(
     with replacing(path) as temp:
         with evs.Writer(temp, "x", metadata=metadata, alignment=alignment, **options) as writer:
             yield writer
+
+
+def _side_name(side: str, temp: str, path: str) -> str:
+    """The side file a salvage in the temporary copy made (``TEMP.tail-N``), renamed as a
+    salvage of OUT itself names it (``OUT.tail-N``, made unique), so that it says where its
+    bytes came from and does not look like a leftover temporary file."""
+    base = f"{path}.tail-{side[len(temp) :].split('.')[1].removeprefix('tail-')}"
+    name, counter = base, 0
+    while True:
+        try:
+            os.link(side, name)  # fails if the name is taken
+            break
+        except FileExistsError:
+            counter += 1
+            name = f"{base}.{counter}"
+        except OSError:  # no hard links here: keep the name it has
+            return side
+    os.unlink(side)
+    fsync_dir(name)
+    return name
 
 
 def _copy_file(fd: int, temp: str) -> None:
