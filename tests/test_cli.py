@@ -936,6 +936,42 @@ def test_pack_append_keeps_a_torn_tail_under_out_s_name(tmp_path):
     assert len(evs.open(out)) == 40  # 20 committed, 19 salvaged, 1 packed
 
 
+def test_converting_commands_errors_name_the_file_or_the_help(tmp_path):
+    """Error lines of the converting commands that named no file, a temporary file or an
+    absolute path, or no help (attacker finding, session 11, eighth run, C06)."""
+    src = tmp_path / "a.evs"
+    with evs.Writer(src) as w:
+        w.append([1, "x", 2.5])
+
+    def line(*args: object) -> str:
+        proc = subprocess.run(
+            [sys.executable, "-m", "evalue_store", *map(str, args)],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env=ENV,
+        )
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc
+        return proc.stderr
+
+    assert line("merge", "a.evs", "missing.evs", "-o", "m.evs").startswith(
+        "evalue-store: missing.evs: No such file"
+    )
+    assert "(see evalue-store copy --help)" in line(
+        "copy", "a.evs", "-o", "c.evs", "--alignment", 3
+    )
+    nan = line("merge", "a.evs", "-o", "m.evs", "--metadata", '{"a": NaN}')
+    assert "(see evalue-store merge --help)" in nan
+    assert "evalue-store: a.evs: a record" in line(
+        "merge", "a.evs", "-o", "m.evs", "--metadata", '{"evalue_store.fields": ["x"]}'
+    )
+    assert line("copy", "a.evs", "-o", "").startswith('evalue-store: "": no file name given')
+    assert line("export", "a.evs", "--to", "", "--format", "jsonl").startswith(
+        'evalue-store: "": no folder name given'
+    )
+    assert not [p for p in os.listdir(tmp_path) if p != "a.evs"]
+
+
 def test_merge(packed, tmp_path):
     out, records = packed
     other = tmp_path / "other.evs"

@@ -11,13 +11,13 @@ from typing import Any, Callable
 
 import evalue_store as evs
 
-from ..container import valid_alignment
 from ..dataset.fields import FIELDS_KEY
 from ..dataset.writer import MIN_FRAME_SIZE
 from ..physical.zframe import DEFAULT_LEVEL
 from ..physical.zstd import DEFAULT_FRAME_SIZE, MAX_FRAME_SIZE
 from .output import new_file, output_writer, refuse_container, refuse_overwrite, replacing
 from .registry import (
+    alignment_arg,
     at_least_one,
     command,
     force_arg,
@@ -97,8 +97,11 @@ def cmd_merge(args: argparse.Namespace) -> int:
             ) as writer,
             progress(args, total, "merge", "rec") as bar,
         ):
-            for ds in datasets:
-                copy_raw(ds, writer, bar)
+            for ds, path in zip(datasets, args.inputs):
+                try:
+                    copy_raw(ds, writer, bar)
+                except evs.EncodeError as exc:  # a record that does not fit OUT's names
+                    raise CliError(path, str(exc)) from None
     finally:
         for ds in datasets:
             ds.close()
@@ -120,7 +123,9 @@ def _copy_args(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="leave out records that fail their checks (each is listed) instead of stopping",
     )
-    p.add_argument("--alignment", type=int, metavar="N", help="OUT's alignment (default FILE's)")
+    p.add_argument(
+        "--alignment", type=alignment_arg, metavar="N", help="OUT's alignment (default FILE's)"
+    )
     format_version_arg(p)
     force_arg(p)
     json_arg(p)
@@ -139,8 +144,6 @@ left-out one move up by one index.""",
 )
 def cmd_copy(args: argparse.Namespace) -> int:
     alignment = args.alignment
-    if alignment is not None and not valid_alignment(alignment):
-        raise CliError("--alignment", f"must be a power of two in [8, 65536], not {alignment}")
     refuse_overwrite(args.output, args.force)
     skipped: list[tuple[int, str]] = []
 

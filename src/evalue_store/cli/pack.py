@@ -260,6 +260,8 @@ def pack_files(files: list[str], args: argparse.Namespace) -> tuple[int, int]:
                 ) from exc
             raise
         names = next(iter(fields), ())
+        if len(set(names)) != len(names):  # members "a" and "a.npy": no names to give
+            names = ()
         if not args.append and len(fields) == 1 and sum(fields.values()) == len(files) and names:
             # Every input was an .npz with the same arrays: their names name the fields
             # (records of no arrays have none to name).
@@ -353,6 +355,8 @@ def export_name(args: argparse.Namespace, index: int, count: int, suffix: str) -
 
 def export_records(ds: evs.Dataset, args: argparse.Namespace, bar: tqdm) -> int:
     """Each file appears complete (written, fsynced, renamed); the folder is fsynced at the end."""
+    if not args.to:
+        raise CliError('""', "no folder name given")
     if os.path.exists(args.to) and not os.path.isdir(args.to):
         raise CliError(args.to, "is a file; --to takes a folder")
     if not os.path.isdir(args.to):

@@ -13,6 +13,8 @@ from typing import Callable
 
 import evalue_store as evs
 
+from ..container import valid_alignment
+from ..metadata import encode_metadata
 from .render import EXIT_USAGE, PROG
 
 
@@ -120,6 +122,10 @@ def json_object(text: str) -> dict:
         raise argparse.ArgumentTypeError("nested too deeply to store") from None
     if not isinstance(value, dict):
         raise argparse.ArgumentTypeError('must be a JSON object, like \'{"name": "w1"}\'')
+    try:
+        encode_metadata(value)  # what a file can store: no NaN, no huge integer, no key twice
+    except evs.EncodeError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
     return value
 
 
@@ -142,3 +148,11 @@ def int_range(low: int, high: int | None = None) -> Callable[[str], int]:
 
 
 at_least_one = int_range(1)
+
+
+def alignment_arg(text: str) -> int:
+    """argparse type for --alignment: a power of two from 8 to 65536."""
+    value = int_range(8, 65536)(text)
+    if not valid_alignment(value):
+        raise argparse.ArgumentTypeError(f"must be a power of two from 8 to 65536, not {value}")
+    return value

@@ -80,6 +80,8 @@ def open_dataset(path: str) -> evs.Dataset:
         raise CliError(path, located(exc)) from None
     except IsADirectoryError:
         raise CliError(path, "is a directory, not an evalue_store file") from None
+    except FileNotFoundError as exc:  # named as given (the library opens it by its full name)
+        raise CliError(path, exc.strerror or "no such file") from None
 
 
 def field_names(ds: evs.Dataset) -> tuple[str, ...]:
