@@ -107,8 +107,8 @@ def replacing(path: str, *, clobber: bool = True, durable: bool = True) -> Itera
     """A temporary name beside ``path`` to build the output under; when the block ends, it is
     renamed to ``path`` (to the file a symlink names) and the folder fsynced (``durable``).
     OUT is a new file then: another hard link to the old one keeps the old bytes. On any
-    exception, Ctrl-C and
-    SIGTERM included, the temporary file is removed, so ``path`` is as it was or complete.
+    exception, Ctrl-C and SIGTERM included, the temporary file is removed, so ``path`` is as
+    it was or complete.
 
     The rename is refused while a running Writer holds ``path`` (its later commits would go
     to an unlinked inode); without ``clobber`` an existing ``path`` is never replaced.
