@@ -122,11 +122,15 @@ def as_array(value: Any) -> np.ndarray:
     dtype_code(array.dtype)  # raises EncodeError for dtypes without a ScalarType
     if array.ndim > MAX_RANK:
         raise EncodeError(f"tensor rank {array.ndim} exceeds {MAX_RANK}")
+    return canonical_bools(array)
+
+
+def canonical_bools(array: np.ndarray) -> np.ndarray:
+    """A bool array viewed from other bytes (uint8 masks: ``m.view(bool)``) holds bytes
+    other than 0 and 1, which the format does not allow (FORMAT.md section 5): the values
+    numpy sees in it, as 0 and 1. Any other array as it is."""
     if array.dtype == np.bool_ and array.size and array.view(np.uint8).max() > 1:
-        # A bool array viewed from other bytes (uint8 masks: ``m.view(bool)``) holds bytes
-        # other than 0 and 1, which the format does not allow (FORMAT.md section 5): the
-        # values numpy sees in it, stored as 0 and 1.
-        array = array.view(np.uint8) != 0
+        return array.view(np.uint8) != 0
     return array
 
 

@@ -23,7 +23,7 @@ import numpy as np
 
 from ..dtypes import CODE_TO_DTYPE, dtype_code
 from ..errors import LIMIT, OUT_OF_BOUNDS, TRUNCATED, VALUE, EncodeError, FormatError
-from ..values import INT64_MAX, INT64_MIN, MAX_RANK, Kind, classify
+from ..values import INT64_MAX, INT64_MIN, MAX_RANK, Kind, canonical_bools, classify
 from .grammar import (
     BIG_PART,
     BOOL_CODE,
@@ -201,8 +201,8 @@ class TensorCodec:
     kind = Kind.TENSOR
 
     def encode(self, out: Any, array: np.ndarray) -> None:
-        if array.dtype is _BOOL and array.size and array.view(np.uint8).max() > 1:
-            array = array.view(np.uint8) != 0  # stored as the values numpy sees (as_array)
+        if array.dtype is _BOOL:  # (an identity test: this is the per-tensor path)
+            array = canonical_bools(array)
         head = _HEADS.get((array.dtype, array.shape, array.strides))
         if head is not None:  # the common case: a shape seen before, stored as it is
             cur = out.cur
