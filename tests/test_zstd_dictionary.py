@@ -226,3 +226,24 @@ def test_an_interrupt_after_the_rebuilds_rename_loses_neither_file_nor_lock(tmp_
     for n in range(first + 1, last + 2):
         path = tmp_path / f"line{n}.evs.zst"
         _check_after(path, _interrupted_rebuild(path, recs, interrupt_at_line(n)), recs)
+
+
+def test_a_file_closed_with_its_first_frames_is_never_bigger_for_its_dictionary(tmp_path):
+    """A file that ends before its first MiB stores the dictionary for those frames alone:
+    it is chosen counting its own bytes (a 64 KiB dictionary made 64 W1 records 2.2 times
+    the size they take without one)."""
+    for n in (64, 100, 400):
+        recs = w1(n)
+        sizes = {}
+        for name, options in (("auto", {}), ("none", {"dictionary": None})):
+            path = tmp_path / f"{name}{n}.evs.zst"
+            with evs.Writer(path, compression="zstd", **options) as w:
+                w.extend(recs)
+            sizes[name] = path.stat().st_size
+            with evs.open(path) as ds:
+                assert ds.verify().ok and len(ds) == n
+                assert_same(ds[n - 1], recs[n - 1])
+        assert sizes["auto"] <= sizes["none"], (n, sizes)
+    dictionary = evs.read_dictionary(tmp_path / "auto400.evs.zst")
+    assert dictionary is not None and len(dictionary) <= 16 << 10  # it pays there
+    assert sizes["auto"] < 0.95 * sizes["none"]

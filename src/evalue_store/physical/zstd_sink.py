@@ -134,6 +134,7 @@ class ZstdSink(FrameCutter):
         self._held_bytes = 0
         self._held_from = 0
         self._use_dictionary: Callable[[bytes], None] | None = None
+        self._ending = False  # the file ends with the next commit (``ends_here``)
 
     @classmethod
     def create(cls, fd: int, dictionary: bytes | None, *, level: int, frame_size: int) -> ZstdSink:
@@ -213,6 +214,12 @@ class ZstdSink(FrameCutter):
         self._held_bytes = 0
         self._held_from = self.pos - len(self.pending)
         self._use_dictionary = use_dictionary
+        self._ending = False
+
+    def ends_here(self) -> None:
+        """The file ends with the next commit (its writer is closing): a dictionary chosen
+        then serves the frames held and no other (``zstd_train.smallest_file``)."""
+        self._ending = True
 
     def settle(self) -> None:
         """Choose a dictionary for the held frames. With one, ``use_dictionary`` has the
@@ -221,7 +228,7 @@ class ZstdSink(FrameCutter):
         writer keeps: if this raises, the frames not yet written are still held."""
         use = self._use_dictionary
         if use is not None:  # not decided yet
-            dictionary = choose_dictionary(self.held, self.level)
+            dictionary = choose_dictionary(self.held, self.level, self._ending)
             if dictionary is not None:
                 use(dictionary)  # the rebuilt file holds them all
             # Decided: an interrupt while the held frames are written out below must not
