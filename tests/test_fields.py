@@ -450,3 +450,88 @@ os.kill(os.getpid(), 9)
         assert ds.fields == NAMES and len(ds) == 8
         for i in range(8):
             same(ds[i], named(i))
+
+
+def _killed_with_a_tail(path, records: list, committed: int, **options) -> None:
+    """A writer of ``records`` that committed the first ``committed`` and was killed with the
+    rest written but not committed (an uncommitted tail)."""
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover (the child)
+        try:
+            w = evs.Writer(path, **options)
+            w.extend(records[:committed])
+            if committed:
+                w.commit()
+            w.extend(records[committed:])
+            w._sink.flush()
+        finally:
+            os.kill(os.getpid(), 9)
+    os.waitpid(pid, 0)
+
+
+@pytest.mark.parametrize("compression", [None, "zstd"])
+def test_names_given_at_reopen_are_checked_before_the_salvage_commits(tmp_path, compression):
+    """A tail salvaged by Writer(path, "a", metadata=...) was committed with that metadata
+    before its names were checked: 3 names for records of 2 values, or names given to a
+    file of unnamed records, were stored (reads as dicts then failed), and a refused call
+    still replaced the other keys (attacker findings, session 12, tenth run, C01, C02).
+    Now the call is refused first; the tail is left for the next writer to salvage."""
+    options = {"compression": compression} if compression else {}
+    lists = tmp_path / "lists.evs"
+    _killed_with_a_tail(
+        lists, [[np.full(3000, i), i] for i in range(6)], 3, metadata={"k": 1}, **options
+    )
+    only = tmp_path / "only.evs"  # a writer of dicts killed before its first commit
+    _killed_with_a_tail(only, [{"a": np.arange(3), "b": i} for i in range(4)], 0, **options)
+    named_file = tmp_path / "named.evs"
+    dicts = [{"a": np.arange(3), "b": i} for i in range(6)]
+    _killed_with_a_tail(named_file, dicts, 3, metadata={"k": 1}, **options)
+    cases = [
+        (lists, {FIELDS_KEY: ["x", "y", "z"]}, "without names"),
+        (lists, {FIELDS_KEY: ["x", "y"], "k": 2}, "without names"),
+        (only, {FIELDS_KEY: ["x", "y", "z"]}, r"records of \[2\] values"),
+        (named_file, {FIELDS_KEY: ["x", "y"], "k": 2}, "this file's are"),
+    ]
+    for path, metadata, match in cases:
+        before = evs.open(path)
+        before_metadata, before_fields, before_len = before.metadata, before.fields, len(before)
+        with pytest.raises(evs.EncodeError, match=match):
+            evs.Writer(path, "a", metadata=metadata)
+        with evs.open(path) as ds:
+            assert (ds.metadata, ds.fields, len(ds)) == (before_metadata, before_fields, before_len)
+    with evs.Writer(lists, "a") as w:  # the tail is still there to salvage
+        assert w.salvage is not None and w.salvage.salvaged_records == 3
+    with evs.open(lists) as ds:
+        assert len(ds) == 6 and ds.metadata == {"k": 1} and int(ds[5][1]) == 5
+    with evs.Writer(only, "a", metadata={FIELDS_KEY: ["a", "b"]}):
+        pass  # names that fit the salvaged records name them
+    with evs.open(only, as_dict=True) as ds:
+        assert ds.fields == ("a", "b") and len(ds) == 4 and int(ds[3]["b"]) == 3
+
+
+def test_mode_w_through_a_symlink_to_no_file_makes_that_file(tmp_path):
+    """Writer(link, "w") on a symlink naming no file raised FileNotFoundError, where mode "a"
+    makes the file it names (attacker finding, session 12, tenth run, C04)."""
+    link = tmp_path / "link.evs"
+    link.symlink_to(tmp_path / "target.evs")
+    with evs.Writer(link, "w") as w:
+        w.append([1, "x"])
+    assert link.is_symlink() and len(evs.open(tmp_path / "target.evs")) == 1
+
+
+def test_recover_commits_records_salvaged_from_dicts_unnamed(tmp_path):
+    """recover appends nothing to name them by (README, "Named records"): after it, only
+    lists can be appended; resuming with the dict writer itself names them (attacker
+    finding, session 12, tenth run, C03: the README listed recover among the writers that
+    name them)."""
+    dicts = [{"a": np.arange(3), "b": i} for i in range(4)]
+    for path in (tmp_path / "recovered.evs", tmp_path / "resumed.evs"):
+        _killed_with_a_tail(path, dicts, 0)
+    assert evs.recover(tmp_path / "recovered.evs").salvaged_records == 4
+    with evs.Writer(tmp_path / "recovered.evs", "a") as w:
+        with pytest.raises(evs.EncodeError, match="after records without field names"):
+            w.append(dicts[0])
+        w.append([np.arange(3), 4])
+    with evs.Writer(tmp_path / "resumed.evs", "a") as w:
+        w.append(dicts[0])
+    assert evs.open(tmp_path / "resumed.evs", as_dict=True).fields == ("a", "b")

@@ -219,8 +219,6 @@ class Writer(WriterFields, Appending):
             if size:
                 self._open_existing(size, metadata is not None, alignment)
                 self._check_asked(asked)
-                if metadata is not None:
-                    self._field_state()  # names it gives must fit the file's records
             else:
                 self._create(alignment, compression, dictionary)
                 if self.durable:
@@ -260,7 +258,10 @@ class Writer(WriterFields, Appending):
         rename it over the old one. Truncating in place would kill every reader that maps
         the old file (SIGBUS); this way they keep reading the old data."""
         target = os.path.realpath(self.path)  # through a symlink, as truncating went
-        old_mode = stat.S_IMODE(os.stat(target).st_mode)
+        try:
+            old_mode = stat.S_IMODE(os.stat(target).st_mode)
+        except FileNotFoundError:  # a symlink to no file yet: the file it names is made
+            old_mode = new_file_mode()
         self._fd, temp = create_temp(target, old_mode)
         try:
             self._create(alignment, compression, dictionary)
@@ -367,6 +368,8 @@ class Writer(WriterFields, Appending):
             self.__dict__["_salvaged_counts"] = {
                 value_count(self._sink.read(offset + FRAME_SIZE, 4)) for offset, _, _ in state.found
             }
+        if new_metadata:  # names it gives must fit the records, checked before the salvage
+            self._field_state()  # commit below, which would store them (attacker's C01, C02)
         if state.found or self._commit.number == 0:
             self._commit_now()  # salvaged records become durable before anything new
 
