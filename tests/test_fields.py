@@ -535,3 +535,26 @@ def test_recover_commits_records_salvaged_from_dicts_unnamed(tmp_path):
     with evs.Writer(tmp_path / "resumed.evs", "a") as w:
         w.append(dicts[0])
     assert evs.open(tmp_path / "resumed.evs", as_dict=True).fields == ("a", "b")
+
+
+def test_a_dict_whose_keys_would_swap_salvaged_values_is_refused(tmp_path):
+    """Records salvaged from a dict writer killed before its first commit are named by the
+    first dict appended, in its keys' order: given in another order than the killed
+    writer's, its names swapped the salvaged values silently (attacker's remark, session
+    12, tenth run). A dict whose values fit the salvaged record only once reordered is now
+    refused; in the writer's order it names them."""
+    path = tmp_path / "d.evs"
+    dicts = [{"tokens": np.arange(4), "label": i, "id": f"ex-{i}"} for i in range(3)]
+    _killed_with_a_tail(path, dicts, 0)
+    crashed = path.read_bytes()
+    swapped = {"label": 3, "tokens": np.arange(4), "id": "ex-3"}
+    with pytest.raises(evs.EncodeError, match="in another order"):
+        with evs.Writer(path, "a") as w:
+            w.append(swapped)
+    path.write_bytes(crashed)
+    with evs.Writer(path, "a") as w:
+        w.append({"tokens": np.arange(4), "label": 3, "id": "ex-3"})
+        w.append(swapped)  # once the names are fixed, later dicts go by name
+    with evs.open(path, as_dict=True) as ds:
+        assert ds.fields == ("tokens", "label", "id") and len(ds) == 5
+        assert [ds[i]["label"] for i in range(5)] == [0, 1, 2, 3, 3]

@@ -18,11 +18,13 @@ metadata under ``FIELDS_KEY`` (docs/FORMAT.md section 7). The rules:
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
 from ..errors import CHECKSUM, FIELDS, EncodeError, FormatError
 from ..metadata import parse_metadata
+from ..values import Kind, classify
 
 FIELDS_KEY = "evalue_store.fields"
 
@@ -49,6 +51,20 @@ def stored_names(metadata: dict) -> tuple[str, ...] | None:
     return None if names is None else check_names(names, FormatError)
 
 
+def value_kinds(values: Any) -> tuple[tuple[int, str, int], ...] | None:
+    """Each value's kind, a tensor's with its dtype and rank (what giving two values each
+    other's names would show in); None if a value has no kind."""
+    kinds = []
+    for value in values:
+        try:
+            kind, normal = classify(value)
+        except (EncodeError, TypeError, ValueError):
+            return None
+        tensor = kind == Kind.TENSOR
+        kinds.append((int(kind), normal.dtype.str if tensor else "", normal.ndim if tensor else 0))
+    return tuple(kinds)
+
+
 def to_dict(values: list, names: tuple[str, ...], where: str = "a record") -> dict:
     """A record's values as a dict by the file's field names."""
     if len(values) != len(names):
@@ -62,7 +78,7 @@ class Fields:
     """The field names of the records one writer (or ShardWriter) appends, and whether
     unnamed records were appended (after which a dict cannot name them)."""
 
-    __slots__ = ("names", "positional", "why", "existing", "counts", "salvaged")
+    __slots__ = ("names", "positional", "why", "existing", "counts", "salvaged", "salvaged_kinds")
 
     def __init__(
         self, names: tuple[str, ...] | None = None, positional: bool = False, why: str = ""
@@ -74,6 +90,7 @@ class Fields:
         # value counts of records salvaged from a crash into a file that had none: a
         # writer of dicts killed before its first commit left them without their names
         self.salvaged: set[int] = set()
+        self.salvaged_kinds: tuple | None = None  # the first salvaged record's value_kinds
         self.why = why or (
             "a dict record after records without field names: this file's records "
             "are positional (append lists, or write the dicts to a new file)"
@@ -107,9 +124,11 @@ class Fields:
             if not record:
                 raise EncodeError("a dict record needs at least one field")
             fixed = check_names(list(record.keys()))
+            values = [record[name] for name in fixed]
             if self.salvaged:
                 self._check_unnamed(fixed)
-            return [record[name] for name in fixed], fixed
+                self._check_order(fixed, values)
+            return values, fixed
         if len(record) != len(names) or any(name not in record for name in names):
             missing = [n for n in names if n not in record]
             extra = [str(k) for k in record if k not in names]
@@ -145,6 +164,21 @@ class Fields:
         if self.names is None:
             self._check_unnamed(names)
         self.names = names
+
+    def _check_order(self, names: tuple[str, ...], values: list) -> None:
+        """The first dict names salvaged records in its keys' order, which the killed
+        writer's first dict may not have had: if its values fit the first salvaged record's
+        only once reordered, the names would swap fields silently (attacker's remark,
+        session 12, tenth run). Values of other kinds altogether prove nothing: kept."""
+        have, given = self.salvaged_kinds, value_kinds(values)
+        if have is not None and given is not None and have != given:
+            if Counter(have) == Counter(given):
+                raise EncodeError(
+                    f"the fields {list(names)}, in this order, do not fit the records "
+                    "salvaged from a crash, whose values come in another order: append "
+                    "first a dict with its keys in the order the crashed writer's first "
+                    "dict had (this writer still takes one)"
+                )
 
     def _check_unnamed(self, names: tuple[str, ...]) -> None:
         """Names given to records that have none so far must fit every one of them
@@ -220,6 +254,7 @@ class WriterFields:
             state = Fields(names, names is None and (unnamed or bool(why)), why)
             if names is None and salvaged:
                 state.salvaged = set(salvaged)
+                state.salvaged_kinds = self.__dict__.get("_salvaged_kinds")
             declared = self.__dict__.get("_declared_names")
             if declared is not None:
                 state.declare(declared)
