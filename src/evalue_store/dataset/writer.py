@@ -422,6 +422,7 @@ class Writer(WriterFields, Appending):
                 return  # cannot tell where the last commit ends: cut nothing
             os.ftruncate(self._fd, self._committed_size)
             self._sync()  # else a power cut could bring the discarded frames back, to salvage
+            del self._pending[:]  # len() counts what the file holds
         finally:
             self._release()
 
