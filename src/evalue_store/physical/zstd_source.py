@@ -60,6 +60,7 @@ MAX_GROUPS = 1 << 16  # locator groups kept (16 locators each: 25 MiB at most)
 LOCATOR_AT = LOCATOR.unpack_from
 LOCATOR_SIZE = LOCATOR.size
 FRAME_SIZE = FRAME.size
+FRAME_SLACK = 4 << 10  # a frame's own bytes beyond its blocks' (header, checksum), with room
 
 
 class ZstdSource(FramePasses, LogicalReads):
@@ -165,11 +166,13 @@ class ZstdSource(FramePasses, LogicalReads):
 
     def _frames(self, ext: Extent, need: int, strict: bool = True) -> list[tuple[int, Any]]:
         """(logical start, bytes) of the frames of ``ext`` from its first one until logical
-        offset ``need`` is covered (``strict``: it must be), one pread for those not in
-        the cache."""
+        offset ``need`` is covered (``strict``: it must be), read for those not in the
+        cache with one pread of what they can take (``_reach``), or, if that falls short,
+        one more of the rest of ``ext``: a record's head costs its first frame, not all of
+        its frames (a remote record over max_record_bytes is refused after that)."""
         out = []
         phys, logical, end = ext.physical, ext.logical, ext.physical + ext.span
-        data, data_at = None, 0
+        data, data_at = memoryview(b""), phys
         while logical < need:
             if phys >= end:
                 if not strict:
@@ -181,19 +184,39 @@ class ZstdSource(FramePasses, LogicalReads):
             if hit is not None:
                 length, buf = hit
             else:
-                if data is None:
-                    data, data_at = memoryview(self.reader.pread(phys, end - phys)), phys
-                    if len(data) != end - phys:
-                        raise FormatError("file ends inside a frame", phys, code=TRUNCATED)
-                try:
-                    length, buf = self._decode(data[phys - data_at :], logical)
-                except FrameError as exc:
-                    raise FormatError(f"frame at {phys}: {exc}", phys, code=ZSTD_FRAME) from None
+                while True:
+                    if phys >= data_at + len(data):  # nothing of this frame read yet
+                        data, data_at = (
+                            self._read_frames(phys, self._reach(need - logical, end - phys)),
+                            phys,
+                        )
+                    try:
+                        length, buf = self._decode(data[phys - data_at :], logical)
+                        break
+                    except FrameError as exc:
+                        if data_at + len(data) >= end:  # the whole extent was read: damaged
+                            raise FormatError(
+                                f"frame at {phys}: {exc}", phys, code=ZSTD_FRAME
+                            ) from None
+                        data, data_at = self._read_frames(phys, end - phys), phys  # it is longer
                 self._native.remember(phys, length, buf)
             out.append((logical, buf))
             phys += length
             logical += buf.nbytes
         return out
+
+    def _reach(self, logical: int, most: int) -> int:
+        """File bytes enough, in all but a hostile file, for the frames holding the next
+        ``logical`` bytes: those bytes and one more frame (the last may run on past them),
+        as zstd's worst case (incompressible data) makes them, at most ``most``."""
+        n = logical + min(self.block.largest, self.cap)
+        return min(most, n + (n >> 7) + FRAME_SLACK)
+
+    def _read_frames(self, phys: int, n: int) -> memoryview:
+        data = memoryview(self.reader.pread(phys, n))
+        if len(data) != n:
+            raise FormatError("file ends inside a frame", phys, code=TRUNCATED)
+        return data
 
     def _located(self, offset: int, n: int) -> list[tuple[int, Any]]:
         """Frames holding logical bytes [offset, offset + n), from the first one holding

@@ -1,0 +1,62 @@
+"""A bucket as it is now, from every process: against moto's S3 server behind the counting
+proxy (``servers.s3_server``). Attacker findings C04-C06 of session 12: a compressed record
+over max_record_bytes was downloaded whole before being refused; fsspec's listing cache
+hid later shards and replacements from new opens; a dataset the parent had read could not
+be read by fork DataLoader workers.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import evalue_store as evs
+from evalue_store.physical import remote
+
+from .servers import s3_server
+
+pytest.importorskip("s3fs")
+pytest.importorskip("moto.server")
+
+
+@pytest.fixture(scope="module")
+def s3():
+    with s3_server() as server:
+        server.fs().mkdir("bkt")
+        yield server
+
+
+@pytest.fixture(autouse=True)
+def quick_backoff(monkeypatch):
+    monkeypatch.setattr(remote, "BACKOFF_S", 0.01)
+
+
+def put(s3, tmp_path, key: str, values: range, compression: str | None = None) -> str:
+    local = tmp_path / key.replace("/", "_")
+    with evs.Writer(local, compression=compression) as w:
+        for i in values:
+            w.append([np.full(16, i, np.int64), i])
+    s3.fs().put_file(str(local), f"bkt/{key}")
+    s3.log.settle()
+    return f"s3://bkt/{key}"
+
+
+def test_compressed_record_over_the_limit_is_refused_after_its_first_frame(s3, tmp_path):
+    """THREAT_MODEL.md, FORMAT.md 15 rule 1: a record over max_record_bytes is refused before
+    its bytes are read. A remote .evs.zst record of 8 MiB was fetched whole (all its frames)
+    before the FormatError (C04); now its first frame, which holds its length, is all."""
+    big = np.random.default_rng(0).integers(0, 255, 8 << 20, dtype=np.uint8)
+    local = tmp_path / "big.evs.zst"
+    with evs.Writer(local, compression="zstd") as w:
+        w.extend([[np.zeros(10, np.uint8)], [big], [np.ones(10, np.uint8)]])
+    s3.fs().put_file(str(local), "bkt/big.evs.zst")
+    s3.log.settle()
+    ds = evs.open("s3://bkt/big.evs.zst", storage_options=s3.options, max_record_bytes=1 << 20)
+    s3.log.clear()
+    with pytest.raises(evs.FormatError, match="over max_record_bytes") as err:
+        ds[1]
+    assert err.value.code == "limit"
+    fetched = sum(g.body_bytes for g in s3.log.gets())
+    assert fetched < (1 << 20) + (128 << 10), fetched  # one 1 MiB frame and a locator group
+    allowed = evs.open("s3://bkt/big.evs.zst", storage_options=s3.options)
+    assert np.array_equal(allowed[1][0], big) and allowed[2][0].tolist() == [1] * 10
