@@ -164,6 +164,8 @@ class RemoteReader:
             got = self._cat([ranges[k] for k in pending])
             failed = []
             for k, data in zip(pending, got):
+                if isinstance(data, Error):  # a verdict on the answer (remote_http): final
+                    raise data
                 if isinstance(data, BaseException):
                     if isinstance(data, PERMANENT) or attempt == RETRIES or not failed:
                         self._fail(ranges[k], data, attempt + 1, final=attempt == RETRIES)

@@ -6,9 +6,10 @@ another of the same size, a record's index entry and frame may both come from th
 object and agree with each other, while entries cached earlier still come from the old
 one. So every ranged GET carries the identity captured at open, and a store that holds
 another object under the name by now refuses it (412 Precondition Failed) instead of
-serving its bytes: over HTTP (fsspec's HTTPFileSystem) an ``If-Match`` header with the
-object's strong ETag, on S3 (s3fs) ``get_object(IfMatch=ETag)``. Where neither is possible
-(no strong ETag, another filesystem) reads are unconditional and a warning at open says
+serving its bytes: over HTTP an ``If-Match`` header with the object's strong ETag (those
+requests are made by ``remote_http``, which also checks each answer's Content-Range), on
+S3 (s3fs) ``get_object(IfMatch=ETag)``. Where neither is possible (no strong ETag, another
+filesystem) reads are unconditional and a warning at open says
 what is then left unchecked.
 """
 
@@ -21,26 +22,32 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from . import remote_http
+
 Ranges = list[tuple[int, int]]
 Getter = Callable[[Ranges], list[Any]]  # bytes [start, end) of each range, or its exception
 
 
-def getter(fs: Any, path: str, url: str, info: dict, threads: int) -> Getter:
-    """The function fetching ranges of the object ``info`` describes."""
+def getter(fs: Any, path: str, url: str, info: dict, threads: int, warn: bool = True) -> Getter:
+    """The function fetching ranges of the object ``info`` describes (``warn``: say at
+    open when they cannot be conditional; a forked child's reader, rebuilt, does not)."""
     etag = info.get("ETag") or info.get("etag")
     strong = isinstance(etag, str) and etag.startswith('"')  # If-Match never matches W/"..."
     protocols = (fs.protocol,) if isinstance(fs.protocol, str) else tuple(fs.protocol)
     if strong and hasattr(fs, "_call_s3") and "s3" in protocols:
         return _s3_getter(fs, path, etag)
-    if strong and "http" in protocols:
-        headers = {**(getattr(fs, "kwargs", {}).get("headers") or {}), "If-Match": etag}
-        return _fsspec_getter(fs, path, threads, {"headers": headers})
+    http = remote_http.is_http(fs)  # Content-Range checked, with or without an ETag
+    if strong and http:
+        return remote_http.getter(fs, path, url, int(info["size"]), etag)
     why = "the server gives no strong ETag" if not strong else f"{type(fs).__name__} reads"
-    warnings.warn(
-        f"{url}: {why}, so ranged reads cannot be made conditional on the object opened; "
-        "if it is replaced by another of the same size, records of both may be returned",
-        stacklevel=2,
-    )
+    if warn:
+        warnings.warn(
+            f"{url}: {why}, so ranged reads cannot be made conditional on the object opened; "
+            "if it is replaced by another of the same size, records of both may be returned",
+            stacklevel=2,
+        )
+    if http:
+        return remote_http.getter(fs, path, url, int(info["size"]), None)
     return _fsspec_getter(fs, path, threads, {})
 
 

@@ -1,0 +1,129 @@
+"""Requests to an HTTP(S) server made here, over the aiohttp session of fsspec's
+HTTPFileSystem, rather than through its ``cat_file``.
+
+That cannot carry a ranged reader's guarantees: it takes any 2xx body as the bytes asked,
+whatever the Content-Range says, so a server (or a proxy) answering another range is
+believed. Here a 206 must name exactly the range asked, of an object of the size opened,
+and carry that many bytes; a 200 is accepted only where the whole object was asked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import re
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import CHANGED, FormatError, RemoteError
+
+Ranges = list[tuple[int, int]]
+CONTENT_RANGE = re.compile(r"\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*$")
+
+
+def is_http(fs: Any) -> bool:
+    """True for fsspec's HTTPFileSystem (protocols http and https)."""
+    protocols = (fs.protocol,) if isinstance(fs.protocol, str) else tuple(fs.protocol)
+    return "http" in protocols and hasattr(fs, "set_session")
+
+
+def _request(fs: Any, extra: dict[str, str]) -> tuple[dict, dict]:
+    """(headers, other aiohttp arguments) for a request: the filesystem's own (its
+    ``storage_options``: headers, auth...) with ``extra`` headers added."""
+    kwargs = dict(getattr(fs, "kwargs", {}) or {})
+    headers = {**(kwargs.pop("headers", None) or {}), "Accept-Encoding": "identity", **extra}
+    kwargs.setdefault("allow_redirects", True)
+    return headers, kwargs
+
+
+def _check(response: Any, url: str) -> None:
+    """Raise for a response that is not a success: what the status means, not one guess."""
+    status = response.status
+    if status in (404, 410):
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), url)
+    if status in (401, 403):
+        raise PermissionError(errno.EACCES, f"{os.strerror(errno.EACCES)} (HTTP {status})", url)
+    response.raise_for_status()  # aiohttp's ClientResponseError: 412, 5xx... (retried or judged)
+
+
+def getter(fs: Any, path: str, url: str, size: int, etag: str | None) -> Callable:
+    """The function fetching ranges [start, end) of the object (``size`` bytes at open),
+    each GET conditional on ``etag`` (If-Match) when there is one; a range's result is its
+    bytes or the exception that stopped it (retried by the caller unless it is one of
+    evalue_store's own, which are verdicts)."""
+    from fsspec.asyn import sync
+
+    headers, kwargs = _request(fs, {"If-Match": etag} if etag else {})
+
+    async def one(start: int, end: int) -> bytes:
+        if start >= end:
+            return b""
+        session = await fs.set_session()
+        asked = {**headers, "Range": f"bytes={start}-{end - 1}"}
+        async with session.get(fs.encode_url(path), headers=asked, **kwargs) as r:
+            _check(r, path)
+            if r.status == 206:
+                _check_range(r.headers.get("Content-Range"), start, end, size, url)
+                body = await r.read()
+                if len(body) != end - start:
+                    raise RemoteError(
+                        f"{url}: the server sent {len(body)} bytes for bytes {start}-{end - 1} "
+                        "(its Content-Range says otherwise)"
+                    )
+                return body
+            if r.status != 200:
+                raise RemoteError(f"{url}: bytes {start}-{end - 1}: unexpected HTTP {r.status}")
+            length = r.content_length
+            if length is not None and length != size:
+                raise FormatError(
+                    f"object changed since it was opened ({size} bytes, now {length})",
+                    start,
+                    url,
+                    code=CHANGED,
+                )
+            if (start, end) != (0, size):
+                raise RemoteError(
+                    f"{url}: the server ignores Range (it sent all {size} bytes for bytes "
+                    f"{start}-{end - 1}); ranged reads need one that honours it"
+                )
+            body = await r.read()
+            if len(body) != size:
+                raise FormatError(
+                    f"object changed since it was opened: {len(body)} bytes where {size} "
+                    "were asked",
+                    len(body),
+                    url,
+                    code=CHANGED,
+                )
+            return body
+
+    async def many(ranges: Ranges) -> list[Any]:
+        return await asyncio.gather(*(one(s, e) for s, e in ranges), return_exceptions=True)
+
+    return lambda ranges: sync(fs.loop, many, ranges)
+
+
+def _check_range(header: str | None, start: int, end: int, size: int, url: str) -> None:
+    """A 206's Content-Range must be the range asked, of an object of the size opened: one
+    of another size changed since (a shorter one clips the range); any other range is the
+    server's error, never taken as the bytes asked."""
+    parsed = CONTENT_RANGE.match(header or "")
+    if parsed is None:
+        raise RemoteError(
+            f"{url}: bytes {start}-{end - 1}: a 206 answer without a usable Content-Range "
+            f"({header!r})"
+        )
+    first, last, total = int(parsed.group(1)), int(parsed.group(2)), parsed.group(3)
+    if total != "*" and int(total) != size:
+        raise FormatError(
+            f"object changed since it was opened ({size} bytes, now {total})",
+            start,
+            url,
+            code=CHANGED,
+        )
+    if (first, last) != (start, end - 1):
+        raise RemoteError(
+            f"{url}: the server answered bytes {first}-{last} to a request for bytes "
+            f"{start}-{end - 1}"
+        )

@@ -1,0 +1,122 @@
+"""HTTP servers that misbehave, for the reader's answer-checking and failure rules (README
+"Object storage", FORMAT.md section 15): a tiny server started here, serving one container
+by ranged GETs as nginx does, until told to fail (a 503 for the next n requests) or to
+answer another range than the one asked. Attacker findings C01-C03 of session 12.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import numpy as np
+import pytest
+
+import evalue_store as evs
+from evalue_store.errors import RemoteError
+from evalue_store.physical import remote
+
+pytest.importorskip("aiohttp")
+pytest.importorskip("fsspec")
+
+
+class Served(ThreadingHTTPServer):
+    """One object at ``/obj.evs`` (strong ETag), every request logged as (method, Range)."""
+
+    daemon_threads = True
+
+    def __init__(self, data: bytes):
+        self.data = data
+        self.mode = "ok"  # "ok", "wrong-range" (8 bytes earlier, honestly labelled), "shrunk"
+        self.failing = 0  # answer 503 to this many requests (-1: all)
+        self.log: list[tuple[str, str | None]] = []
+        super().__init__(("127.0.0.1", 0), _Handler)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/obj.evs"
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: Served
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def _answer(self, status: int, body: bytes, headers: dict[str, str]) -> None:
+        self.send_response(status)
+        for k, v in headers.items():
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        srv, asked = self.server, self.headers.get("Range")
+        srv.log.append((self.command, asked))
+        if srv.failing:
+            srv.failing -= srv.failing > 0
+            return self._answer(503, b"busy", {})
+        if self.path != "/obj.evs":
+            return self._answer(404, b"", {})
+        data, etag = srv.data, '"v1"'
+        if self.headers.get("If-Match") not in (None, etag):
+            return self._answer(412, b"", {})
+        headers = {"ETag": etag, "Accept-Ranges": "bytes"}
+        if self.command == "HEAD" or asked is None:
+            return self._answer(200, data, headers)
+        a, b = (int(x) for x in re.fullmatch(r"bytes=(\d+)-(\d+)", asked).groups())
+        total = len(data)
+        if srv.mode == "wrong-range":
+            a, b = max(0, a - 8), max(0, a - 8) + b - a
+        elif srv.mode == "shrunk":  # the object became shorter: the range clipped to it
+            total = len(data) // 2
+            b = min(b, total - 1)
+        headers["Content-Range"] = f"bytes {a}-{b}/{total}"
+        return self._answer(206, data[a : b + 1], headers)
+
+    do_HEAD = do_GET
+
+
+@pytest.fixture
+def served(tmp_path) -> Iterator[Served]:
+    path = tmp_path / "d.evs"
+    with evs.Writer(path) as w:
+        for i in range(3000):
+            w.append([np.full(64, i, np.int64), i])
+    server = Served(path.read_bytes())
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture(autouse=True)
+def quick_backoff(monkeypatch):
+    monkeypatch.setattr(remote, "BACKOFF_S", 0.01)
+
+
+def test_an_answer_for_another_range_is_refused_not_believed(served):
+    """FORMAT.md 15 rule 2, README "never wrong data": a 206 whose Content-Range names
+    another range than the one asked was taken as the bytes asked, and a 3000-record object
+    opened as an empty dataset (C01). Now a RemoteError names the URL and both ranges; an
+    answer saying the object now has another size is the object changed (FormatError)."""
+    served.mode = "wrong-range"
+    with pytest.raises(RemoteError, match=r"/obj\.evs: the server answered bytes \d+-\d+ to a"):
+        evs.open(served.url)
+    served.mode = "ok"
+    ds = evs.open(served.url)
+    assert len(ds) == 3000 and ds[1500][1] == 1500
+    served.mode = "wrong-range"
+    with pytest.raises(RemoteError, match=r"request for bytes \d+-\d+"):
+        ds[2100]
+    served.mode = "shrunk"
+    with pytest.raises(evs.FormatError, match="changed since it was opened") as err:
+        ds[700]
+    assert err.value.code == "changed" and served.url in str(err.value)
