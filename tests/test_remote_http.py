@@ -17,6 +17,7 @@ import pytest
 import evalue_store as evs
 from evalue_store.errors import RemoteError
 from evalue_store.physical import remote
+from evalue_store.physical.remote import RETRIES
 
 pytest.importorskip("aiohttp")
 pytest.importorskip("fsspec")
@@ -120,3 +121,34 @@ def test_an_answer_for_another_range_is_refused_not_believed(served):
     with pytest.raises(evs.FormatError, match="changed since it was opened") as err:
         ds[700]
     assert err.value.code == "changed" and served.url in str(err.value)
+
+
+def test_server_errors_during_a_read_are_retried_then_named(served):
+    """README "On failure": a 5xx is retried 4 times with backoff, then RemoteError naming
+    URL and range. Over HTTP a 503 was reported at once as the object changed ("gone"),
+    after an unranged GET of the whole object (C02)."""
+    ds = evs.open(served.url)
+    served.log.clear()
+    served.failing = RETRIES  # unavailable for as many requests as there are retries
+    assert ds[1603][1] == 1603
+    assert all(r for m, r in served.log if m == "GET")  # never the whole object
+    served.failing = -1
+    with pytest.raises(RemoteError, match=rf"/obj\.evs: bytes \d+-\d+ failed after {RETRIES + 1}"):
+        ds[2900]
+    served.failing = 0
+    assert ds[2900][1] == 2900
+
+
+def test_server_errors_at_open_are_retried_and_never_file_not_found(served):
+    """README "On failure": a missing object is FileNotFoundError, a server that fails is
+    retried and then RemoteError. A 503 at open was FileNotFoundError at once (C03)."""
+    served.failing = 3
+    assert len(evs.open(served.url)) == 3000
+    served.log.clear()
+    served.failing = -1
+    with pytest.raises(RemoteError, match=r"/obj\.evs: info failed after .* HTTP 503"):
+        evs.open(served.url)
+    assert len(served.log) == RETRIES + 1 and all(m == "HEAD" for m, _ in served.log)
+    served.failing = 0
+    with pytest.raises(FileNotFoundError, match="nothing.evs"):
+        evs.open(served.url.replace("obj.evs", "nothing.evs"))

@@ -24,6 +24,7 @@ from ..container import Commit, Header, open_container
 from ..errors import CHANGED, TRUNCATED, Error, FormatError, RemoteError
 from . import remote_ranges
 from .plain import CHUNK, _PlainSource, aligned_buffer
+from .remote_store import info_now
 from .zstd import is_compressed, open_reader
 
 BLOCK_SIZE = 64 << 10  # bytes per cached block: an index block holds 4096 entries
@@ -91,13 +92,23 @@ def identity(info: dict) -> tuple:
 
 
 def stat(fs: Any, path: str, url: str) -> dict:
-    """The object's info (size, ETag...), with retries; FileNotFoundError names the URL."""
-    info = _retrying(lambda: fs.info(path), url, "info")
+    """The object's info (size, ETag...), with retries; FileNotFoundError names the URL
+    (over HTTP only for a missing object: ``remote_store.info_now``)."""
+    info = _retrying(lambda: info_now(fs, path), url, "info")
     if info.get("type") == "directory":
         raise IsADirectoryError(f"{url}: is a directory")
     if not isinstance(info.get("size"), int):
         raise Error(f"{url}: the server does not tell the object's size (ranged reads need it)")
     return info
+
+
+def why(exc: BaseException) -> str:
+    """A failure in a few words: an HTTP status as such (aiohttp's repr holds every
+    header of the request and the answer), anything else as its repr."""
+    status = getattr(exc, "status", None)
+    if isinstance(status, int):
+        return f"HTTP {status} {getattr(exc, 'message', '')}".rstrip()
+    return repr(exc)
 
 
 def _retrying(call: Any, url: str, what: str) -> Any:
@@ -108,7 +119,7 @@ def _retrying(call: Any, url: str, what: str) -> Any:
             raise named(exc, url) from None
         except Exception as exc:  # network and server errors: every library has its own
             if attempt == RETRIES:
-                reason = f"{url}: {what} failed after {RETRIES + 1} tries: {exc!r}"
+                reason = f"{url}: {what} failed after {RETRIES + 1} tries: {why(exc)}"
                 raise RemoteError(reason) from exc
             time.sleep(BACKOFF_S * 2**attempt)
     raise AssertionError("unreachable")
@@ -218,7 +229,7 @@ class RemoteReader:
             ) from exc
         try:
             self.fs.invalidate_cache(self.path)  # a listing cached earlier is no answer
-            now: dict | None = self.fs.info(self.path)
+            now: dict | None = info_now(self.fs, self.path)
         except FileNotFoundError:
             now = None
         except Exception:  # the server is still failing: say so below
@@ -236,7 +247,7 @@ class RemoteReader:
         if not final:
             return
         raise RemoteError(
-            f"{self.name}: bytes {rng[0]}-{rng[1]} failed after {tries} tries: {exc!r}"
+            f"{self.name}: bytes {rng[0]}-{rng[1]} failed after {tries} tries: {why(exc)}"
         ) from exc
 
     # -------------------------------------------------------------- the cache

@@ -1,10 +1,14 @@
 """Requests to an HTTP(S) server made here, over the aiohttp session of fsspec's
-HTTPFileSystem, rather than through its ``cat_file``.
+HTTPFileSystem, rather than through its ``info`` and ``cat_file``.
 
-That cannot carry a ranged reader's guarantees: it takes any 2xx body as the bytes asked,
-whatever the Content-Range says, so a server (or a proxy) answering another range is
-believed. Here a 206 must name exactly the range asked, of an object of the size opened,
-and carry that many bytes; a 200 is accepted only where the whole object was asked.
+Those two cannot carry a ranged reader's guarantees. Its ``info`` turns every failure (a 503
+as much as a 404) into FileNotFoundError, after trying an unranged GET of the whole object;
+its ``cat_file`` takes any 2xx body as the bytes asked, whatever the Content-Range says, so a
+server (or a proxy) answering another range is believed. Here a missing object (404, 410) is
+FileNotFoundError, 401 and 403 PermissionError, and any other failure aiohttp's
+ClientResponseError (with its status), which the caller retries. A 206 must name exactly the
+range asked, of an object of the size opened, and carry that many bytes; a 200 is accepted
+only where the whole object was asked.
 """
 
 from __future__ import annotations
@@ -45,6 +49,37 @@ def _check(response: Any, url: str) -> None:
     if status in (401, 403):
         raise PermissionError(errno.EACCES, f"{os.strerror(errno.EACCES)} (HTTP {status})", url)
     response.raise_for_status()  # aiohttp's ClientResponseError: 412, 5xx... (retried or judged)
+
+
+def info(fs: Any, path: str) -> dict:
+    """The object's info (size, ETag, Last-Modified) from a HEAD; where the HEAD tells no
+    size, from the Content-Range of a ranged GET of its first byte (never the whole)."""
+    from fsspec.asyn import sync
+
+    return sync(fs.loop, _info, fs, path)
+
+
+async def _info(fs: Any, path: str) -> dict:
+    session = await fs.set_session()
+    url = fs.encode_url(path)
+    headers, kwargs = _request(fs, {})
+    out: dict[str, Any] = {"name": path, "size": None, "type": "file"}
+    async with session.head(url, headers=headers, **kwargs) as r:
+        _check(r, path)
+        if r.headers.get("Content-Encoding", "identity") in ("identity", ""):
+            length = r.headers.get("Content-Length")
+            out["size"] = int(length) if length and length.isdigit() else None
+        for name in ("ETag", "Last-Modified"):
+            if r.headers.get(name):
+                out[name] = r.headers[name]
+    if out["size"] is None:
+        headers["Range"] = "bytes=0-0"
+        async with session.get(url, headers=headers, **kwargs) as r:
+            _check(r, path)
+            parsed = CONTENT_RANGE.match(r.headers.get("Content-Range", ""))
+            if r.status == 206 and parsed and parsed.group(3) != "*":
+                out["size"] = int(parsed.group(3))
+    return out
 
 
 def getter(fs: Any, path: str, url: str, size: int, etag: str | None) -> Callable:

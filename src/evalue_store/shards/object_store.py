@@ -22,6 +22,7 @@ from ..dataset.reader import open_dataset
 from ..dataset.writer import Writer
 from ..errors import LIMIT, MANIFEST, FormatError
 from ..physical.remote import _retrying, resolve
+from ..physical.remote_store import info_now
 
 MAX_MANIFEST = 256 << 20  # a manifest is JSON for the whole dataset: refuse more than this
 
@@ -37,7 +38,7 @@ def _join(fs: Any, base: str, name: str) -> str:
 
 def read_remote_manifest(fs: Any, inner: str, url: str, parse: Any) -> list:
     """The shards a remote manifest lists (URLs), parsed by ``parse(doc, url, join)``."""
-    size = int(_retrying(lambda: fs.info(inner), url, "info")["size"])
+    size = int(_retrying(lambda: info_now(fs, inner), url, "info")["size"])
     if size > MAX_MANIFEST:
         raise FormatError(f"manifest of {size} bytes, over {MAX_MANIFEST}", None, url, code=LIMIT)
     raw = _retrying(lambda: fs.cat_file(inner, start=0, end=size), url, "read")
@@ -100,7 +101,7 @@ def _exists(fs: Any, path: str, url: str) -> bool:
     """Whether an object exists, asked by its info (a HEAD): fsspec's HTTP ``exists`` is
     an unranged GET, which a server answers with the whole object."""
     try:
-        _retrying(lambda: fs.info(path), url, "info")
+        _retrying(lambda: info_now(fs, path), url, "info")
     except FileNotFoundError:
         return False
     return True
