@@ -60,3 +60,25 @@ def test_compressed_record_over_the_limit_is_refused_after_its_first_frame(s3, t
     assert fetched < (1 << 20) + (128 << 10), fetched  # one 1 MiB frame and a locator group
     allowed = evs.open("s3://bkt/big.evs.zst", storage_options=s3.options)
     assert np.array_equal(allowed[1][0], big) and allowed[2][0].tolist() == [1] * 10
+
+
+def test_a_new_open_sees_the_bucket_as_it_is_now(s3, tmp_path):
+    """README "Object storage", TRAINING.md "Reading shards": after open_shards listed a
+    prefix, fsspec's cached listing answered every later listing and info: a shard added
+    later was invisible to a new open_shards, evs.open of it raised FileNotFoundError, and
+    a replaced object could never be freshly opened ("changed since it was opened") (C05)."""
+    opts = s3.options
+    put(s3, tmp_path, "now/p-0.evs", range(10))
+    first = evs.open_shards("s3://bkt/now/", storage_options=opts)
+    assert len(first) == 10 and first[9][1] == 9
+    assert len(evs.open_shards("s3://bkt/now/p-*.evs", storage_options=opts)) == 10
+    put(s3, tmp_path, "now/p-1.evs", range(100, 110))
+    assert len(evs.open_shards("s3://bkt/now/", storage_options=opts)) == 20
+    assert len(evs.open_shards("s3://bkt/now/p-*.evs", storage_options=opts)) == 20
+    assert evs.open("s3://bkt/now/p-1.evs", storage_options=opts)[0][1] == 100
+    put(s3, tmp_path, "now/p-0.evs", range(1000, 1030))  # a new version of the first
+    fresh = evs.open("s3://bkt/now/p-0.evs", storage_options=opts)
+    assert len(fresh) == 30 and fresh[0][1] == 1000
+    s3.fs().rm("bkt/now/p-1.evs")
+    with pytest.raises(FileNotFoundError, match="p-1.evs"):
+        evs.open("s3://bkt/now/p-1.evs", storage_options=opts)

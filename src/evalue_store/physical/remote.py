@@ -92,8 +92,8 @@ def identity(info: dict) -> tuple:
 
 
 def stat(fs: Any, path: str, url: str) -> dict:
-    """The object's info (size, ETag...), with retries; FileNotFoundError names the URL
-    (over HTTP only for a missing object: ``remote_store.info_now``)."""
+    """The object's info (size, ETag...) as the store has it now, with retries;
+    FileNotFoundError names the URL."""
     info = _retrying(lambda: info_now(fs, path), url, "info")
     if info.get("type") == "directory":
         raise IsADirectoryError(f"{url}: is a directory")
@@ -228,7 +228,6 @@ class RemoteReader:
                 code=CHANGED,
             ) from exc
         try:
-            self.fs.invalidate_cache(self.path)  # a listing cached earlier is no answer
             now: dict | None = info_now(self.fs, self.path)
         except FileNotFoundError:
             now = None

@@ -22,7 +22,7 @@ from ..dataset.reader import open_dataset
 from ..dataset.writer import Writer
 from ..errors import LIMIT, MANIFEST, FormatError
 from ..physical.remote import _retrying, resolve
-from ..physical.remote_store import info_now
+from ..physical.remote_store import forget, info_now
 
 MAX_MANIFEST = 256 << 20  # a manifest is JSON for the whole dataset: refuse more than this
 
@@ -50,6 +50,12 @@ def read_remote_manifest(fs: Any, inner: str, url: str, parse: Any) -> list:
     return parse(doc, url, lambda name: _join(fs, base, name))
 
 
+def _listed_root(inner: str) -> str:
+    """The directory a glob lists (under its first wildcard), or the path itself."""
+    cut = min((inner.index(c) for c in "*?[" if c in inner), default=-1)
+    return inner if cut < 0 else posixpath.dirname(inner[:cut])
+
+
 def expand_remote(
     source: Any, filesystem: Any, storage_options: dict | None, suffixes: tuple[str, ...]
 ) -> list[tuple[Any, str, str]]:
@@ -59,6 +65,7 @@ def expand_remote(
     out = []
     for item in items:
         fs, inner, url = resolve(item, filesystem, storage_options)
+        forget(fs, _listed_root(inner))  # the store as it is now, not a listing seen before
         if any(c in inner for c in "*?["):
             matches = sorted(_retrying(lambda: fs.glob(inner), url, "glob"))  # noqa: B023
             if not matches:
@@ -85,6 +92,7 @@ def check_listed(fs: Any, shards: list, manifest: str) -> None:
         inner = fs._strip_protocol(info.path)
         directory = posixpath.dirname(inner)
         if directory not in by_dir:
+            forget(fs, directory)
             try:
                 listed = fs.ls(directory, detail=False)
                 by_dir[directory] = {fs._strip_protocol(n) for n in listed}
