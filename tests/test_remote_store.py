@@ -82,3 +82,21 @@ def test_a_new_open_sees_the_bucket_as_it_is_now(s3, tmp_path):
     s3.fs().rm("bkt/now/p-1.evs")
     with pytest.raises(FileNotFoundError, match="p-1.evs"):
         evs.open("s3://bkt/now/p-1.evs", storage_options=opts)
+
+
+def test_fork_workers_read_a_dataset_the_parent_has_read(s3, tmp_path):
+    """README "Training with PyTorch": works with num_workers > 0 under fork. After the
+    parent read ds[0] of an s3:// EValueDataset, every fork worker died with s3fs's "This
+    class is not fork-safe" (C06): the open shard's reader kept the parent's filesystem.
+    Each worker now makes its own, for shards opened before the fork and after it."""
+    torch = pytest.importorskip("torch")
+    from evalue_store.torch import EValueDataset, collate
+
+    urls = [put(s3, tmp_path, f"fork/p-{k}.evs", range(k * 300, (k + 1) * 300)) for k in (0, 1)]
+    for given in ({"storage_options": s3.options}, {"filesystem": s3.fs()}):
+        ds = EValueDataset(evs.open_shards(urls, **given))
+        assert ds[0][1] == 0  # the parent opens the first shard and reads from it
+        loader = torch.utils.data.DataLoader(
+            ds, batch_size=50, num_workers=2, collate_fn=collate, multiprocessing_context="fork"
+        )
+        assert sorted(v for batch in loader for v in batch[1].tolist()) == list(range(600))

@@ -24,7 +24,7 @@ from ..container import Commit, Header, open_container
 from ..errors import CHANGED, TRUNCATED, Error, FormatError, RemoteError
 from . import remote_ranges
 from .plain import CHUNK, _PlainSource, aligned_buffer
-from .remote_store import info_now
+from .remote_store import info_now, own
 from .zstd import is_compressed, open_reader
 
 BLOCK_SIZE = 64 << 10  # bytes per cached block: an index block holds 4096 entries
@@ -70,6 +70,7 @@ def resolve(
     if filesystem is not None:
         if storage_options:
             raise ValueError("give storage_options or a filesystem, not both")
+        filesystem = own(filesystem)  # one made before a fork is the parent's
         inner = filesystem._strip_protocol(text)
         return filesystem, inner, filesystem.unstrip_protocol(inner)
     options = dict(storage_options or {})
@@ -157,9 +158,15 @@ class RemoteReader:
 
     def _forked(self) -> None:
         """In a forked child (a DataLoader worker under fork): a lock the parent held at
-        the fork would never be released here, so the child starts with its own."""
+        the fork would never be released here, and the parent's filesystem (its event
+        loop, its connections) refuses use from here, so the child starts with its own
+        of each; the same conditions on the same object opened."""
         self._pid = os.getpid()
         self._lock = threading.Lock()
+        self.fs = own(self.fs)
+        self._ranges = remote_ranges.getter(
+            self.fs, self.path, self.name, self.info, THREADS, warn=False
+        )
 
     # -------------------------------------------------------------- fetching
 
@@ -168,6 +175,8 @@ class RemoteReader:
         that the object is the one opened (``remote_ranges``); a range the server refuses
         that way or answers short means the object changed since it was opened:
         FormatError."""
+        if self._pid != os.getpid():
+            self._forked()
         ranges = list(ranges)
         out: list[Any] = [None] * len(ranges)
         pending = list(range(len(ranges)))
