@@ -138,6 +138,29 @@ def test_bfloat16_tensors_read_as_float32():
     assert batch["w"].dtype == np.float32 and batch["w"].tolist() == [[1.5, -2.0]] * 2
 
 
+def test_a_block_mixing_dtypes_or_int_and_double_is_refused_not_cast(cluster, tmp_path):
+    """Ray casts a column to one type: tensors of int64 and float32 in one block came back
+    as float64 (2^53+1 as 9007199254740992.0), and so would Int and Double values (attacker
+    finding, session 12, eleventh run, C09). Such a block is refused naming the field; a
+    block of one type reads exactly."""
+    path = tmp_path / "mixed.evs"
+    big = 2**53 + 1
+    with evs.Writer(path) as w:
+        w.append({"id": 0, "v": np.array([big]), "s": big})
+        w.append({"id": 1, "v": np.array([0.5], np.float32), "s": 0.5})
+        w.append({"id": 2, "v": np.array([big]), "s": big})
+    for column, what in (("v", "tensors of float32 and int64"), ("s", "values of Int and Double")):
+        with pytest.raises(Exception, match=f"field '{column}' holds {what} in one block"):
+            evr.read_evalue_store(path, columns=["id", column], override_num_blocks=1).take_all()
+        rows = evr.read_evalue_store(path, columns=["id", column], override_num_blocks=3)
+        got = {int(r["id"]): r[column] for r in rows.take_all()}
+        assert np.asarray(got[0]).tolist() in ([big], big) and np.asarray(got[1]).tolist() in (
+            [0.5],
+            0.5,
+        )
+        assert np.asarray(got[0]).dtype == np.int64
+
+
 @pytest.mark.parametrize("parallelism", [1, 2, 3, 5, 8, 20, 1000])
 def test_read_plans_cover_every_record_once(parallelism):
     counts = [30, 20, 0, 30, 20, 30, 20, 30, 20]

@@ -29,7 +29,9 @@ Reading the other way, a field whose values are all tensors of one shape and dty
 a fixed-shape tensor column (one ``np.stack``), tensors of different shapes a
 variable-shaped one; bfloat16 tensors are widened to float32 (exact). ListTensor and
 ListOptionalTensor fields have no Ray column type and are refused (leave them out with
-``columns=``). Files without field names get the columns "0", "1", ...
+``columns=``), and so is a block where a field's tensors have several dtypes, or its values
+are Int in some records and Double in others (Ray would cast them to one type). Files
+without field names get the columns "0", "1", ...
 """
 
 from __future__ import annotations
@@ -173,8 +175,12 @@ def _batch_column(name: str, values: list[Any]) -> np.ndarray:
     if values and all(type(v) is np.ndarray for v in values):
         values = [bfloat16_to_float32(v) if v.dtype == BFLOAT16 else v for v in values]
         first = values[0]
-        if all(v.shape == first.shape and v.dtype == first.dtype for v in values):
+        if any(v.dtype != first.dtype for v in values):
+            _refuse_mixed(name, sorted({str(v.dtype) for v in values}), "tensors")
+        if all(v.shape == first.shape for v in values):
             return np.stack(values)
+    elif _mixes_int_and_double(values):
+        _refuse_mixed(name, ["Int", "Double"], "values")
     elif any(type(v) is list and v and (v[0] is None or type(v[0]) is np.ndarray) for v in values):
         raise Error(
             f"field {name!r} holds lists of tensors, which have no Ray column type: "
@@ -184,3 +190,18 @@ def _batch_column(name: str, values: list[Any]) -> np.ndarray:
     for i, value in enumerate(values):
         column[i] = value
     return column
+
+
+def _mixes_int_and_double(values: list[Any]) -> bool:
+    kinds = {type(v) for v in values}
+    return float in kinds and int in kinds
+
+
+def _refuse_mixed(name: str, kinds: list[str], what: str) -> None:
+    """A Ray column has one type: Ray would cast the others to it (int64 2^53+1 came back
+    as the float64 9007199254740992.0), so a block mixing them is refused."""
+    raise Error(
+        f"field {name!r} holds {what} of {' and '.join(kinds)} in one block, which a Ray "
+        "column cannot hold without casting them: write them as one type, leave the field "
+        "out with columns=, or read it with evalue_store.open_shards"
+    )
