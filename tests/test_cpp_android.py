@@ -87,3 +87,44 @@ def test_packed_app_records_read_the_same_in_cpp(app_records, tmp_path):
         assert ident == -1 - i and seen == (i % 3 == 0) and none is None
         assert weight == {"f64": np.float64(0.25 * i).tobytes().hex()}
     assert cpp_dump(asan, [container])[0]["scan"]["error"] is None
+
+
+def test_java_helper_refuses_what_it_cannot_write_faithfully(app_records, tmp_path):
+    """JAVA.md section 3: a writer MUST refuse, rather than write something read otherwise.
+    Evj1 wrote a tensor whose element count overflowed a long (2^90 elements wrapped to 0,
+    so 'data != shape' passed) and a lone surrogate as '?' (attacker findings, session 12,
+    eleventh run, C07, C08)."""
+    source = tmp_path / "Refusals.java"
+    source.write_text(
+        """
+import org.evaluestore.Evj1;
+public class Refusals {
+  static void expect(Runnable r, String what) {
+    try { r.run(); System.out.println("WROTE " + what); }
+    catch (IllegalArgumentException e) {
+      System.out.println("REFUSED " + what + ": " + e.getMessage());
+    }
+  }
+  public static void main(String[] a) {
+    long big = 1L << 30;
+    expect(() -> Evj1.tensor(new float[0], new long[] {big, big, big}), "2^90 elements");
+    expect(() -> Evj1.tensor(new long[0], new long[] {0, big, big, 8}), "size rule");
+    expect(() -> Evj1.string("a\\uD800b"), "lone surrogate");
+    expect(() -> Evj1.tensor(new float[0], new long[] {0, big, big}), "empty, in the rule");
+    expect(() -> Evj1.string("\\uD83D\\uDE00"), "a surrogate pair");
+  }
+}
+"""
+    )
+    classes = app_records.parent / "classes"
+    subprocess.run(["javac", "-cp", str(classes), "-d", str(tmp_path), str(source)], check=True)
+    cp = f"{classes}:{tmp_path}"
+    out = subprocess.run(["java", "-cp", cp, "Refusals"], capture_output=True, text=True)
+    lines = out.stdout.splitlines()
+    assert [line.split(":")[0] for line in lines] == [
+        "REFUSED 2^90 elements",
+        "REFUSED size rule",
+        "REFUSED lone surrogate",
+        "WROTE empty, in the rule",
+        "WROTE a surrogate pair",
+    ], out.stdout + out.stderr

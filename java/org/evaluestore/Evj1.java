@@ -2,6 +2,9 @@ package org.evaluestore;
 
 import java.io.ByteArrayOutputStream;
 import java.nio.ByteBuffer;
+import java.nio.CharBuffer;
+import java.nio.charset.CharacterCodingException;
+import java.nio.charset.CodingErrorAction;
 import java.nio.charset.StandardCharsets;
 
 /**
@@ -48,8 +51,22 @@ public final class Evj1 {
     return ByteBuffer.allocate(9).put((byte) 3).putDouble(value).array();
   }
 
+  /** A String; one that is not valid Unicode (a lone surrogate) is refused, where
+   * {@code getBytes} would write {@code ?} for it (docs/JAVA.md section 3). */
   public static byte[] string(String value) {
-    byte[] utf8 = value.getBytes(StandardCharsets.UTF_8);
+    byte[] utf8;
+    try {
+      ByteBuffer encoded =
+          StandardCharsets.UTF_8
+              .newEncoder()
+              .onMalformedInput(CodingErrorAction.REPORT)
+              .onUnmappableCharacter(CodingErrorAction.REPORT)
+              .encode(CharBuffer.wrap(value));
+      utf8 = new byte[encoded.remaining()];
+      encoded.get(utf8);
+    } catch (CharacterCodingException e) {
+      throw new IllegalArgumentException("a String that is not valid Unicode (a lone surrogate)");
+    }
     return ByteBuffer.allocate(5 + utf8.length).put((byte) 2).putInt(utf8.length).put(utf8).array();
   }
 
@@ -69,12 +86,18 @@ public final class Evj1 {
 
   private static ByteBuffer tensorHeader(int dtype, long[] shape, long dataBytes) {
     if (shape.length > 64) throw new IllegalArgumentException("rank above 64");
+    long itemsize = dtype == 6 ? 4 : 8;
     long numel = 1;
+    long bound = itemsize; // itemsize x prod(max(dim, 1)): the size rule, docs/JAVA.md section 2
     for (long dim : shape) {
       if (dim < 0 || dim > Integer.MAX_VALUE) throw new IllegalArgumentException("bad dim");
-      numel *= dim;
+      try {
+        bound = Math.multiplyExact(bound, Math.max(dim, 1));
+      } catch (ArithmeticException e) {
+        throw new IllegalArgumentException("shape past the size rule (2^63 bytes)");
+      }
+      numel *= dim; // at most bound: no overflow
     }
-    long itemsize = dtype == 6 ? 4 : 8;
     if (numel * itemsize != dataBytes) throw new IllegalArgumentException("data != shape");
     ByteBuffer out = ByteBuffer.allocate((int) (3 + 4L * shape.length + dataBytes));
     out.put((byte) 1).put((byte) dtype).put((byte) shape.length);
