@@ -351,7 +351,7 @@ class Binding:
         dtype, scalars are checked for kind and range here; a batch that fails is then read
         record by record to find the record to blame."""
         n = len(indices)
-        if n == 1:
+        if n == 1 and len(out.arrays[0]) == 1:  # not a padded batch: "zeros" fills the rest
             one = self._one(int(indices[0]), out.arrays)
             if one is not None:
                 return one
