@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import evalue_store as evs
-from evalue_store.executorch import Trainer, bind
+from evalue_store.executorch import InputMismatchError, Trainer, bind
 from tests.et_programs import export_xor, xor_examples
 
 
@@ -41,3 +41,43 @@ def test_zeros_pads_a_last_batch_of_one_record(xor4, tmp_path, lead):
         assert int(y[0]) == int(np.asarray(records[4][1]).reshape(-1)[0]) and not y[1:].any()
     losses = Trainer(xor4, path, last="zeros", seed=1).train(epochs=2)
     assert len(losses) == 4 and all(np.isfinite(losses))
+
+
+@pytest.mark.parametrize(
+    "fields, error, words",
+    [
+        ((0, -1), ValueError, "fields[1] is -1: a position counts a record's values from 0"),
+        ((-2, -1), ValueError, "fields[0] is -2"),
+        ((0, -3), ValueError, "fields[1] is -3"),
+        ((0, 0), ValueError, "fields[1] (0) names field 0, as an earlier entry does"),
+        ("xy", TypeError, "fields must be a sequence of field names or positions"),
+        ((0.0, 1), TypeError, "fields[0] is float 0.0: a field is a name (str) or a position"),
+        ((None, 1), TypeError, "fields[0] is NoneType None"),
+        ((0, True), TypeError, "fields[1] is a bool (True)"),
+        ((0,), ValueError, "'forward' takes 2 inputs"),
+    ],
+)
+def test_bad_fields_are_refused_naming_the_entry(xor4, tmp_path, fields, error, words):
+    """Every bad ``fields`` is refused at bind, before a record is read, naming the entry
+    (negative positions passed the up-front check, then every batch read raised
+    AssertionError; -3 a bare IndexError; "xy" was read as ('x', 'y'), 0.0 as 0)."""
+    records = [[np.array([i, i], np.float32), np.array([i % 2])] for i in range(8)]
+    path = pack(tmp_path / "tensors.evs", records)
+    with pytest.raises(error) as info:
+        bind(path, xor4, fields=fields)
+    assert words in str(info.value)
+    assert type(info.value) in (ValueError, TypeError)
+
+
+def test_positions_and_batch_size_that_are_fine(xor4, tmp_path):
+    """Positions may be numpy integers and name values past those used; batch_size is an
+    int (numpy's too) and never a bool (True was taken as 1)."""
+    records = [[f"id{i}", np.array([i, i], np.float32), i % 2] for i in range(8)]
+    path = pack(tmp_path / "three.evs", records)
+    x, y = bind(path, xor4, fields=(np.int64(1), 2), batch_size=np.int64(4)).read([6, 7])
+    assert x.tolist() == [[6, 6], [7, 7]] and y.tolist() == [0, 1]
+    for bad, words in ((True, "not a bool"), (4.0, "not float 4.0"), ("4", "not str '4'")):
+        with pytest.raises(TypeError, match=words):
+            bind(path, xor4, fields=(1, 2), batch_size=bad)
+    with pytest.raises(InputMismatchError, match="record 0, field 3"):
+        bind(path, xor4, fields=(1, 3))  # a position past the record's values

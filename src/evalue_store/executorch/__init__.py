@@ -13,7 +13,8 @@ field and what the program expects.
 """
 
 from ..errors import InputMismatchError
-from .binding import Batch, Binding, Field, Layout, bind
+from .binding import Batch, Binding, bind
+from .fields import Field, Layout
 from .program import InputSpec, MethodInputs, read_method_inputs
 from .training import Trainer, load_training_module
 

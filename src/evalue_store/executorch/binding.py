@@ -11,9 +11,9 @@ examples) or a Python bool/int/float (converted to the input's dtype).
 
 from __future__ import annotations
 
+import operator
 import os
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple, Union
 
@@ -25,7 +25,8 @@ from ..dtypes import BFLOAT16
 from ..errors import FormatError, InputMismatchError
 from ..shards import ShardedDataset, open_shards
 from ..torch import as_torch
-from .program import InputSpec, MethodInputs, Program, read_method_inputs
+from .fields import Field, Layout, name_of, pick, value_text
+from .program import MethodInputs, Program, read_method_inputs
 
 Data = Union[Dataset, ShardedDataset, str, Path, Sequence[Union[str, Path]]]
 LAST = ("drop", "keep", "wrap", "zeros")
@@ -40,82 +41,6 @@ class Batch(NamedTuple):
     inputs: list[torch.Tensor]
     indices: np.ndarray
     valid: int
-
-
-def _found(value: Any) -> str:
-    if isinstance(value, np.ndarray):
-        dtype = "bfloat16" if value.dtype == BFLOAT16 else value.dtype.name
-        return f"a {dtype} tensor of shape {tuple(value.shape)}"
-    if isinstance(value, torch.Tensor):
-        return f"a {str(value.dtype).removeprefix('torch.')} tensor of shape {tuple(value.shape)}"
-    return "None" if value is None else f"a Python {type(value).__name__}"
-
-
-def _scalar_fits(value: Any, dtype: np.dtype) -> bool:
-    """Whether a Python bool/int/float converts to ``dtype`` without loss of kind or range."""
-    if dtype == BFLOAT16 or dtype.kind == "c":
-        return False
-    if isinstance(value, bool):
-        return True
-    if isinstance(value, int):
-        if dtype.kind == "f":
-            return True
-        if dtype.kind not in "iu":
-            return False
-        info = np.iinfo(dtype)
-        return info.min <= value <= info.max
-    return isinstance(value, float) and dtype.kind == "f"
-
-
-@dataclass(frozen=True)
-class Layout:
-    """How one field's records become one input: ``scalar`` (Python values), else tensors of
-    ``shape`` per record, with a leading 1 if ``lead`` (concatenated instead of stacked)."""
-
-    scalar: bool
-    lead: bool
-    shape: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class Field:
-    """Record value ``position`` (named ``name`` in messages) feeding input ``spec``."""
-
-    position: int
-    name: str
-    spec: InputSpec
-
-    def expected(self, method: str) -> str:
-        spec = self.spec
-        trail = tuple(spec.sizes[1:])
-        shapes = "shape " + " or ".join(str(s) for s in (trail, (1, *trail)))
-        if spec.dynamic:
-            shapes += " (sizes at most these)"
-        text = f"input {spec.index} of {method!r}, {spec.describe()}: per record a "
-        text += f"{spec.dtype_name} tensor of {shapes}"
-        if spec.rank == 1 and spec.dtype != BFLOAT16 and spec.dtype.kind != "c":
-            text += f", or a Python number that fits {spec.dtype_name}"
-        return text
-
-    def layout_of(self, value: Any) -> Layout | None:
-        """The layout of one record's value, None if it does not fit the input."""
-        spec = self.spec
-        if isinstance(value, np.ndarray):
-            if value.dtype != spec.dtype:
-                return None
-            if value.ndim == spec.rank - 1:
-                layout = Layout(False, False, value.shape)
-            elif value.ndim == spec.rank and value.shape[0] == 1:
-                layout = Layout(False, True, value.shape[1:])
-            else:
-                return None
-            for size, bound in zip(layout.shape, spec.sizes[1:]):
-                if bound is not None and (size > bound if spec.dynamic else size != bound):
-                    return None
-            return layout
-        if isinstance(value, (bool, int, float)) and spec.rank == 1:
-            return Layout(True, False, ()) if _scalar_fits(value, spec.dtype) else None
-        return None
 
 
 def _open(data: Data) -> Dataset | ShardedDataset:
@@ -180,7 +105,7 @@ class Binding:
         self.dataset = _open(data)
         self.inputs: MethodInputs = read_method_inputs(program, method)
         self.method = method
-        self.fields = self._fields(fields)
+        self.fields = pick(fields, self.inputs.inputs, self.dataset.fields, method)
         self._every_value = fields is None  # then a record holds exactly one value per input
         self.batch_size, self.last = self._batching(batch_size, last)
         if check not in ("all", "first"):
@@ -192,31 +117,6 @@ class Binding:
         self._buffers.clear()
 
     # ----------------------------------------------------------------- binding
-    def _fields(self, chosen: Sequence[str | int] | None) -> list[Field]:
-        specs = self.inputs.inputs
-        names = self.dataset.fields
-        if chosen is None:
-            chosen = list(range(len(specs)))
-        elif len(chosen) != len(specs):
-            raise ValueError(f"{self.method!r} takes {len(specs)} inputs; fields names {chosen}")
-        result = []
-        for spec, pick in zip(specs, chosen):
-            if isinstance(pick, str):
-                if names is None or pick not in names:
-                    found = f"no field of that name (the dataset's fields: {names})"
-                    expected = Field(0, pick, spec).expected(self.method)
-                    raise InputMismatchError(None, f"field {pick!r}", expected, found)
-                result.append(Field(names.index(pick), f"field {pick!r}", spec))
-            else:
-                result.append(Field(int(pick), self._name(int(pick)), spec))
-        return result
-
-    def _name(self, position: int) -> str:
-        names = self.dataset.fields
-        if names is not None and position < len(names):
-            return f"field {names[position]!r}"
-        return f"field {position}"
-
     def _batching(self, batch_size: int | None, last: str | None) -> tuple[int, str]:
         static, bound = self.inputs.static_batch, self.inputs.max_batch
         dynamic = all(s.dynamic for s in self.inputs.inputs)
@@ -226,6 +126,13 @@ class Binding:
             batch_size = static if not dynamic else bound
             if batch_size is None:
                 raise ValueError(f"{self.method!r} has an unbounded batch: pass batch_size")
+        if isinstance(batch_size, (bool, np.bool_)):
+            raise TypeError(f"batch_size must be an int, not a bool ({batch_size!r})")
+        try:
+            batch_size = operator.index(batch_size)
+        except TypeError:
+            kind = type(batch_size).__name__
+            raise TypeError(f"batch_size must be an int, not {kind} {batch_size!r}") from None
         if batch_size < 1:
             raise ValueError(f"batch_size must be positive, not {batch_size}")
         if not dynamic and batch_size != static:
@@ -245,7 +152,9 @@ class Binding:
         inputs = len(self.fields)
         if self._every_value and len(record) > inputs:
             found = f"{len(record)} values where {self.method!r} takes {inputs} inputs"
-            raise InputMismatchError(i, self._name(inputs), "no such input", found)
+            raise InputMismatchError(
+                i, name_of(inputs, self.dataset.fields), "no such input", found
+            )
         for field, layout in zip(self.fields, layouts):
             if field.position >= len(record):
                 found = f"a record of {len(record)} values"
@@ -253,14 +162,19 @@ class Binding:
             value = record[field.position]
             got = field.layout_of(value)
             if got is None:
-                raise InputMismatchError(i, field.name, field.expected(self.method), _found(value))
+                raise InputMismatchError(
+                    i, field.name, field.expected(self.method), value_text(value)
+                )
             if layout is not None and got != layout:
                 expected = field.expected(self.method)
                 like = "a Python number" if layout.scalar else f"shape {layout.shape}"
                 if layout.lead:
                     like += " after the leading 1"
                 raise InputMismatchError(
-                    i, field.name, f"{expected}, the same in every record ({like})", _found(value)
+                    i,
+                    field.name,
+                    f"{expected}, the same in every record ({like})",
+                    value_text(value),
                 )
 
     def _check(self, every: bool) -> list[Layout]:
@@ -412,7 +326,7 @@ class Binding:
             for k, v in enumerate(column):
                 ok = isinstance(v, torch.Tensor) and v.dtype == dtype and tuple(v.shape) == shape
                 if not (ok or (layout.scalar and field.layout_of(v) == layout)):
-                    found = f"{_found(v)} (sample {k} of the batch)"
+                    found = f"{value_text(v)} (sample {k} of the batch)"
                     raise InputMismatchError(None, field.name, field.expected(self.method), found)
             if layout.scalar:
                 result.append(torch.tensor(column, dtype=dtype))
