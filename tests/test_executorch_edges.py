@@ -81,3 +81,30 @@ def test_positions_and_batch_size_that_are_fine(xor4, tmp_path):
             bind(path, xor4, fields=(1, 2), batch_size=bad)
     with pytest.raises(InputMismatchError, match="record 0, field 3"):
         bind(path, xor4, fields=(1, 3))  # a position past the record's values
+
+
+def test_read_and_order_take_indices_as_the_dataset_does(xor4, tmp_path):
+    """read() takes indices as get_batch does: a boolean mask selects its records (it was
+    read as indices 0 and 1, silently: 8 rows of records 0 and 1), a float or a bool is a
+    TypeError (1.7 was record 1); batches(order=) takes integer indices and refuses a mask
+    and floats (they were truncated)."""
+    records = [[np.array([i, i], np.float32), i] for i in range(8)]
+    path = pack(tmp_path / "eight.evs", records)
+    binding = bind(path, xor4)
+    mask = np.zeros(8, bool)
+    mask[[5, 6]] = True
+    x, y = binding.read(mask)
+    assert y.tolist() == [5, 6] and x.tolist() == [[5, 5], [6, 6]]
+    assert binding.read(mask.tolist())[1].tolist() == [5, 6]
+    assert binding.read([-1, 0])[1].tolist() == [7, 0]  # negative: from the end, as there
+    for bad in ([1.7, 2.2], np.array([1.0, 2.0]), True, [True, False]):
+        with pytest.raises((TypeError, IndexError)):
+            binding.read(bad)
+    with pytest.raises(IndexError):
+        binding.read([8])
+    order = np.array([7, 6, 5, 4, 3, 2, 1, 0])
+    assert [b.indices.tolist() for b in binding.batches(order)] == [[7, 6, 5, 4], [3, 2, 1, 0]]
+    assert next(binding.batches(order.tolist())).inputs[1].tolist() == [7, 6, 5, 4]
+    for bad in (np.ones(8, bool), [float(i) for i in range(8)], np.arange(8.0)):
+        with pytest.raises(TypeError):
+            list(binding.batches(bad))

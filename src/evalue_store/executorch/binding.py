@@ -20,6 +20,7 @@ from typing import Any, NamedTuple, Union
 import numpy as np
 import torch
 
+from ..dataset import indexing
 from ..dataset.reader import Dataset, open_dataset
 from ..dtypes import BFLOAT16
 from ..errors import FormatError, InputMismatchError
@@ -218,7 +219,7 @@ class Binding:
         overwrites them (no allocation per step: for a loop done with a batch after its
         step); otherwise every read has buffers of its own.
         """
-        order = np.arange(len(self.dataset)) if order is None else np.asarray(order, np.int64)
+        order = self._order(order)
         size = self.batch_size
         todo = order[start * size :]
         full = len(todo) // size
@@ -239,9 +240,30 @@ class Binding:
             yield Batch(self._read(indices, rows, reuse), tail, len(tail))
 
     def read(self, indices: Sequence[int] | np.ndarray) -> list[torch.Tensor]:
-        """The method's inputs for exactly these records (any count the program accepts)."""
-        indices = np.asarray(indices, np.int64)
+        """The method's inputs for exactly these records (any count the program accepts):
+        ``indices`` as ``Dataset.get_batch`` takes them, a boolean mask included."""
+        indices = indexing.many(indices, len(self.dataset))
         return self._read(indices, len(indices), False)
+
+    def _order(self, order: Any) -> np.ndarray:
+        """``order`` as record positions: integers as ``get_batch`` takes them (negative
+        ones count from the end; a bool or float is a TypeError, as there); a boolean mask
+        selects records rather than ordering them, so it is refused here."""
+        n = len(self.dataset)
+        if order is None:
+            return np.arange(n, dtype=np.int64)
+        dtype = getattr(order, "dtype", None)
+        if dtype is None and not isinstance(order, slice):
+            try:
+                dtype = np.asarray(order).dtype
+            except (TypeError, ValueError):
+                dtype = None  # ragged: indexing.many says what is wrong
+        if str(dtype) in ("bool", "torch.bool"):
+            raise TypeError(
+                "order is a sequence of record indices, not a boolean mask "
+                "(np.flatnonzero(mask) gives the records a mask selects)"
+            )
+        return indexing.many(order, n)
 
     def _read(self, indices: np.ndarray, rows: int, reuse: bool) -> list[torch.Tensor]:
         buffers = self._buffers_for(rows, reuse)
