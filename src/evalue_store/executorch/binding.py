@@ -27,7 +27,7 @@ from ..errors import FormatError, InputMismatchError
 from ..shards import ShardedDataset, open_shards
 from ..torch import as_torch
 from .fields import Field, Layout, name_of, pick, value_text
-from .program import MethodInputs, Program, read_method_inputs
+from .program import MethodInputs, Program, program_bytes, program_digest, read_method_inputs
 
 Data = Union[Dataset, ShardedDataset, str, Path, Sequence[Union[str, Path]]]
 LAST = ("drop", "keep", "wrap", "zeros")
@@ -104,7 +104,9 @@ class Binding:
         check: str = "all",
     ):
         self.dataset = _open(data)
-        self.inputs: MethodInputs = read_method_inputs(program, method)
+        code = program_bytes(program)
+        self.inputs: MethodInputs = read_method_inputs(code, method)
+        self.program_digest = program_digest(code)  # a Trainer checks it is its program
         self.method = method
         self.fields = pick(fields, self.inputs.inputs, self.dataset.fields, method)
         self._every_value = fields is None  # then a record holds exactly one value per input

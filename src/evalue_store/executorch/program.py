@@ -7,9 +7,14 @@ is read from the serialized program (each tensor's shape dynamism).
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import io
+import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Union
+from typing import Any, Union
 
 import numpy as np
 
@@ -17,6 +22,8 @@ from ..dtypes import BFLOAT16, CODE_TO_DTYPE, CODE_TO_NAME
 
 Program = Union[str, Path, bytes]  # a .pte path, or its bytes
 
+IDENTIFIER = re.compile(rb"ET[0-9A-Za-z]{2}")  # flatbuffer file identifier: b"ET12" today
+MIN_BYTES = 16  # root table offset, identifier, and at least a root table's offset to a vtable
 STATIC = 0  # TensorShapeDynamism of the serialized program
 DYNAMIC_BOUND = 1
 
@@ -82,20 +89,68 @@ class MethodInputs:
         return min(bounds) if bounds else None
 
 
+def program_bytes(program: Program) -> bytes:
+    """The bytes of ``program`` (a .pte path or its bytes), refused with a ValueError unless
+    they start as an ExecuTorch program does: ExecuTorch logs the file identifier of a
+    program it refuses, and one that is not UTF-8 makes that log raise inside the runtime,
+    which aborts the process (std::terminate) instead of raising."""
+    data = bytes(program) if isinstance(program, (bytes, bytearray)) else None
+    if data is None:
+        data = Path(program).read_bytes()
+    if len(data) < MIN_BYTES:
+        raise ValueError(f"not an ExecuTorch program: {len(data)} bytes")
+    if not IDENTIFIER.fullmatch(data[4:8]):
+        raise ValueError(
+            f"not an ExecuTorch program: its file identifier (bytes 4..8) is {data[4:8]!r}, "
+            "where ExecuTorch programs carry b'ET' and two letters or digits (b'ET12')"
+        )
+    return data
+
+
+def program_digest(data: bytes) -> str:
+    """What tells two programs apart (a Binding's and a Trainer's)."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def verified_program(data: bytes) -> Any:
+    """ExecuTorch's ``Program`` of ``data`` (``program_bytes``), loaded with its full
+    verification (InternalConsistency: the flatbuffer's offsets and sizes are checked), its
+    refusal a ValueError: the only check of a damaged program before it runs."""
+    runtime, _ = _runtime()
+    from executorch.runtime import Verification
+
+    log = io.StringIO()  # the runtime logs why through sys.stderr: into the error instead
+    try:
+        with contextlib.redirect_stderr(log):
+            loaded = runtime.load_program(data, verification=Verification.InternalConsistency)
+    except RuntimeError as exc:
+        said = [re.sub(r"^\[[^]]*\] ", "", line) for line in log.getvalue().splitlines()]
+        why = "; ".join(dict.fromkeys([str(exc), *filter(None, said)]))
+        raise ValueError(
+            f"ExecuTorch refuses the program ({why}): damaged, or made for another ExecuTorch"
+        ) from None
+    sys.stderr.write(log.getvalue())  # a program loaded: what the runtime said is the user's
+    return loaded
+
+
 def read_method_inputs(program: Program, method: str = "forward") -> MethodInputs:
     """The inputs of ``method`` in ``program`` (a .pte path or its bytes).
 
-    Raises ValueError for a method the program lacks, and for inputs that are not tensors
-    or have no batch dimension (rank 0): batches are built along dimension 0.
+    Raises ValueError for bytes that are not a program ExecuTorch loads (damaged ones
+    included), for a method the program lacks, and for inputs that are not tensors or have
+    no batch dimension (rank 0): batches are built along dimension 0.
     """
-    runtime, deserialize = _runtime()
-    data = program if isinstance(program, bytes) else Path(program).read_bytes()
-    loaded = runtime.load_program(data)
+    _, deserialize = _runtime()
+    data = program_bytes(program)
+    loaded = verified_program(data)
     if method not in loaded.method_names:
         names = sorted(n for n in loaded.method_names if not n.startswith("__"))
         raise ValueError(f"the program has no method {method!r} (methods: {names})")
     meta = loaded.metadata(method)
-    plan = next(p for p in deserialize(data).program.execution_plan if p.name == method)
+    try:  # verified by the runtime: a failure here is a damage its checks do not cover
+        plan = next(p for p in deserialize(data).program.execution_plan if p.name == method)
+    except Exception as exc:
+        raise ValueError(f"the program cannot be read ({type(exc).__name__}: {exc})") from None
     specs = []
     for i in range(meta.num_inputs()):
         value = plan.values[plan.inputs[i]].val

@@ -8,28 +8,31 @@ done, parameters, loss log) resumes a run exactly where it stopped.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
 from .binding import Batch, Binding, Data
-from .program import Program
+from .program import Program, program_bytes, program_digest, verified_program
 
 STATE_VERSION = 1
 
 
 def load_training_module(program: Program) -> Any:
-    """ExecuTorch's ``TrainingModule`` for a .pte path or its bytes."""
-    from executorch.extension.training import (
-        _load_for_executorch_for_training,
-        _load_for_executorch_for_training_from_buffer,
-    )
+    """ExecuTorch's ``TrainingModule`` for a .pte path or its bytes, verified first: the
+    module loader does not run the program verification (a damaged program loaded there
+    crashes the process when it runs), so the bytes are loaded once by the runtime with it
+    (a ValueError for a damaged program), then handed, the same bytes, to the module,
+    which keeps them (``program_bytes``): ExecuTorch's module runs from the buffer it was
+    given without a copy, and must not outlive it."""
+    from executorch.extension.training import _load_for_executorch_for_training_from_buffer
 
-    if isinstance(program, bytes):
-        return _load_for_executorch_for_training_from_buffer(program)
-    return _load_for_executorch_for_training(str(Path(program)))
+    data = program_bytes(program)
+    verified_program(data)
+    module = _load_for_executorch_for_training_from_buffer(data)
+    module.program_bytes = data  # the module reads them, not a copy, for as long as it runs
+    return module
 
 
 class Trainer:
@@ -52,8 +55,13 @@ class Trainer:
         seed: int = 0,
         **binding: Any,
     ):
-        self.data = data if isinstance(data, Binding) else Binding(data, program, method, **binding)
-        self.module = load_training_module(program)
+        code = program_bytes(program)  # read once: what is bound is what is trained
+        if isinstance(data, Binding):
+            if binding:
+                raise TypeError(f"binding options {sorted(binding)} go to bind(), not here")
+            _same_program(data, code, method)
+        self.data = data if isinstance(data, Binding) else Binding(data, code, method, **binding)
+        self.module = load_training_module(code)
         self.method = method
         self.sgd = dict(lr=lr, momentum=momentum, weight_decay=weight_decay)
         self.shuffle, self.seed = shuffle, seed
@@ -128,6 +136,16 @@ class Trainer:
         self.losses = list(state["losses"])
         self._restore = dict(state["parameters"]) or None
         self._optimizer = None
+
+
+def _same_program(binding: Binding, code: bytes, method: str) -> None:
+    """Refuse a binding made for another program or method: its checks and batches hold
+    for that one only (ExecuTorch would fail with an opaque error code, or train on inputs
+    it never checked)."""
+    if binding.program_digest != program_digest(code):
+        raise ValueError("the binding was made for another program than the trainer's")
+    if binding.method != method:
+        raise ValueError(f"the binding is of method {binding.method!r}, the trainer's {method!r}")
 
 
 def _sgd(named: dict, lr: float, momentum: float, weight_decay: float) -> Any:
