@@ -4,6 +4,9 @@ them (the findings of an attack on the adapter, one test each)."""
 
 from __future__ import annotations
 
+import os
+import signal
+
 import numpy as np
 import pytest
 
@@ -108,3 +111,46 @@ def test_read_and_order_take_indices_as_the_dataset_does(xor4, tmp_path):
     for bad in (np.ones(8, bool), [float(i) for i in range(8)], np.arange(8.0)):
         with pytest.raises(TypeError):
             list(binding.batches(bad))
+
+
+class InterruptingSGD:
+    """ExecuTorch's SGD, with a real SIGINT sent to this process right after its update of
+    step ``at`` (as a Ctrl-C landing there would)."""
+
+    def __init__(self, sgd, at: int):
+        self.sgd, self.at, self.steps = sgd, at, 0
+
+    def step(self, gradients) -> None:
+        self.sgd.step(gradients)
+        self.steps += 1
+        if self.steps == self.at:
+            os.kill(os.getpid(), signal.SIGINT)
+
+
+@pytest.mark.parametrize("at", [1, 2, 4, 5, 7])
+def test_ctrl_c_during_a_step_resumes_exactly(xor4, tmp_path, monkeypatch, at):
+    """A SIGINT landing in a step's update: the KeyboardInterrupt comes once the step is
+    whole (parameters updated, loss logged, batch counted), so the resumed run is the
+    uninterrupted one (the parameters were updated while the batch was not counted, and
+    the resumed run took that step twice)."""
+    from evalue_store.executorch import training
+
+    path = pack(tmp_path / "sixteen.evs", xor_examples(16, seed=4))
+    straight = Trainer(xor4, path, lr=2.0, seed=5)
+    expected = straight.train(epochs=2)
+    expected_params = straight.state_dict()["parameters"]
+    sgd = training._sgd
+    monkeypatch.setattr(training, "_sgd", lambda *a, **k: InterruptingSGD(sgd(*a, **k), at))
+    interrupted = Trainer(xor4, path, lr=2.0, seed=5)
+    with pytest.raises(KeyboardInterrupt):
+        interrupted.train(epochs=2)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    state = interrupted.state_dict()
+    assert len(state["losses"]) == at == 4 * state["epoch"] + state["batch"]
+    monkeypatch.undo()
+    resumed = Trainer(xor4, path, lr=2.0, seed=5)
+    resumed.load_state_dict(state)
+    resumed.train(epochs=2)
+    assert resumed.losses == expected
+    params = resumed.state_dict()["parameters"]
+    assert all(np.array_equal(params[k], v) for k, v in expected_params.items())

@@ -8,6 +8,11 @@ done, parameters, loss log) resumes a run exactly where it stopped.
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -72,23 +77,42 @@ class Trainer:
         self._restore: dict[str, np.ndarray] | None = None
 
     def step(self, batch: Batch | list[torch.Tensor]) -> float:
-        """One forward/backward and SGD step on a batch; returns the loss."""
-        inputs = batch.inputs if isinstance(batch, Batch) else batch
-        if self._optimizer is None:  # parameters appear after the first forward_backward
+        """One forward/backward and SGD step on a batch; returns the loss. Its effects (the
+        parameters updated, the loss logged) happen together or not at all, a Ctrl-C
+        included (see ``_take``)."""
+        return self._take(batch.inputs if isinstance(batch, Batch) else batch, advance=False)
+
+    def _take(self, inputs: list[torch.Tensor], advance: bool) -> float:
+        """A step, and with ``advance`` the batch counted as done. The forward/backward
+        changes nothing that ``state_dict`` holds, so an interrupt there costs nothing; the
+        update and its bookkeeping (loss logged, batch counted) run with SIGINT deferred
+        to their end, so that ``state_dict`` never shows parameters updated by a step it
+        does not count (a resumed run would take that step twice)."""
+        outputs = self._first(inputs) if self._optimizer is None else None
+        if outputs is None:
             outputs = self.module.forward_backward(self.method, inputs)
-            if self._restore is not None:  # resuming: this step must see the saved ones
-                for name, value in self.module.named_parameters().items():
-                    value.copy_(torch.from_numpy(self._restore[name]))
-                self._restore = None
-                outputs = self.module.forward_backward(self.method, inputs)
-            self._optimizer = _sgd(self.module.named_parameters(), **self.sgd)
-        else:
-            outputs = self.module.forward_backward(self.method, inputs)
-        loss = outputs[0]
-        self._optimizer.step(self.module.named_gradients())
-        value = float(loss)
-        self.losses.append(value)
+        value = float(outputs[0])  # before the update: a loss that fails changes nothing
+        gradients = self.module.named_gradients()
+        with sigint_deferred():
+            self._optimizer.step(gradients)
+            self.losses.append(value)
+            if advance:
+                self.batch += 1
         return value
+
+    def _first(self, inputs: list[torch.Tensor]) -> list | None:
+        """Make the optimizer (the parameters appear after a first forward_backward), over
+        the saved parameters when resuming; ``_restore`` is dropped only once the optimizer
+        exists, so ``state_dict`` holds the saved parameters until then. Returns the
+        outputs of the forward_backward when they are those of the parameters trained."""
+        outputs = self.module.forward_backward(self.method, inputs)
+        if self._restore is not None:
+            for name, value in self.module.named_parameters().items():
+                value.copy_(torch.from_numpy(self._restore[name]))
+            outputs = None  # computed with the program's initial parameters
+        self._optimizer = _sgd(self.module.named_parameters(), **self.sgd)
+        self._restore = None
+        return outputs
 
     def train(self, epochs: int, max_steps: int | None = None) -> list[float]:
         """Train until ``epochs`` epochs are complete (counting those done before a resume),
@@ -99,9 +123,9 @@ class Trainer:
             for batch in self.data.batches(order, start=self.batch, reuse=True):
                 if max_steps is not None and len(self.losses) - start >= max_steps:
                     return self.losses[start:]
-                self.step(batch)
-                self.batch += 1
-            self.epoch, self.batch = self.epoch + 1, 0
+                self._take(batch.inputs, advance=True)
+            with sigint_deferred():
+                self.epoch, self.batch = self.epoch + 1, 0
         return self.losses[start:]
 
     def parameters(self) -> dict[str, torch.Tensor]:
@@ -136,6 +160,32 @@ class Trainer:
         self.losses = list(state["losses"])
         self._restore = dict(state["parameters"]) or None
         self._optimizer = None
+
+
+@contextmanager
+def sigint_deferred() -> Iterator[None]:
+    """Run the block with a SIGINT (Ctrl-C) that arrives during it deferred to its end:
+    recorded by a handler of our own, then, with the previous handler back, handed to it
+    (Python's default raises KeyboardInterrupt there; SIG_IGN drops it; SIG_DFL kills the
+    process as the signal would have). Only the main thread runs Python signal handlers,
+    and a handler not set from Python cannot be put back: elsewhere the block just runs.
+    A KeyboardInterrupt raised in the block by other means (a tracer, a test) is not
+    deferred."""
+    previous = signal.getsignal(signal.SIGINT)
+    if threading.current_thread() is not threading.main_thread() or previous is None:
+        yield
+        return
+    caught: list[Any] = []
+    signal.signal(signal.SIGINT, lambda signum, frame: caught.append(frame))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if caught:
+            if callable(previous):
+                previous(signal.SIGINT, caught[0])
+            elif previous == signal.SIG_DFL:
+                os.kill(os.getpid(), signal.SIGINT)
 
 
 def _same_program(binding: Binding, code: bytes, method: str) -> None:
