@@ -154,6 +154,24 @@ def test_batches_that_do_not_fit_the_program_name_the_record(tmp_path, xor_progr
             assert (done.returncode, done.stderr[-len(message) - 1 :]) == (1, message + "\n")
 
 
+def test_bad_steps_or_rate_are_refused_with_one_line(tmp_path, xor_program, train_batches):
+    """STEPS of -1 or 10^18 aborted the example with std::length_error (it reserved that
+    many losses; attacker's remark, session 12, eleventh run); now one line, exit 1."""
+    data = tmp_path / "x.evs"
+    with evs.Writer(data) as w:
+        w.extend(xor_examples(4, leading_one=True))
+    for steps, rate, message in (
+        ("-1", "0.1", "STEPS must be a whole number from 1 to 10^9, not '-1'"),
+        ("1000000000000000000", "0.1", "STEPS must be a whole number from 1 to 10^9"),
+        ("2x", "0.1", "STEPS must be a whole number from 1 to 10^9, not '2x'"),
+        ("2", "nan", "LR must be a finite number, not 'nan'"),
+    ):
+        cmd = [str(train_batches), str(xor_program), str(data), steps, rate]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 1 and message in done.stderr, done.stderr[-500:]
+        assert done.stderr.count("\n") == 1
+
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -110,8 +111,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: train_batches MODEL.pte DATA.evs STEPS LR [memory]\n");
     return 2;
   }
-  const long steps = std::atol(argv[3]);
-  const float lr = static_cast<float>(std::atof(argv[4]));
+  char* end = nullptr;
+  const long steps = std::strtol(argv[3], &end, 10);
+  if (end == argv[3] || *end != '\0' || steps < 1 || steps > 1000000000L)
+    fail(std::string("STEPS must be a whole number from 1 to 10^9, not '") + argv[3] + "'");
+  const float lr = std::strtof(argv[4], &end);
+  if (end == argv[4] || *end != '\0' || !std::isfinite(lr))
+    fail(std::string("LR must be a finite number, not '") + argv[4] + "'");
   const bool from_memory = argc > 5 && std::strcmp(argv[5], "memory") == 0;
 
   evs::Reader reader;
@@ -151,7 +157,7 @@ int main(int argc, char** argv) {
   uint64_t at = n;  // position in the epoch's order
   std::mt19937_64 rng(0);
   std::vector<float> losses;
-  losses.reserve(static_cast<size_t>(steps));
+  losses.reserve(static_cast<size_t>(std::min(steps, 1L << 20)));  // grows past that
   double fed = 0;  // ns
   auto start = Clock::now();
   double cpu_start = cpu_ns();
