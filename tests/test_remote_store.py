@@ -100,3 +100,33 @@ def test_fork_workers_read_a_dataset_the_parent_has_read(s3, tmp_path):
             ds, batch_size=50, num_workers=2, collate_fn=collate, multiprocessing_context="fork"
         )
         assert sorted(v for batch in loader for v in batch[1].tolist()) == list(range(600))
+
+
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_a_directory_of_a_shard_writers_job_is_read_by_its_manifest(s3, tmp_path, where):
+    """TRAINING.md "Many nodes": open_shards("s3://bucket/train/") of what
+    ShardWriter("s3://bucket/train/part-{:05d}.evs") wrote. That writer's manifest is
+    part.manifest.json, which a directory open ignored: it listed the shard files, so a
+    deleted shard left it with fewer records and no error (attacker finding, session 12,
+    twelfth run, C01), and an unfinished job's shards were read as finished ones."""
+    if where == "local":
+        folder, options = str(tmp_path / "train"), {}
+    else:
+        folder, options = f"s3://bkt/job-{tmp_path.name}", {"storage_options": s3.options}
+    with evs.ShardWriter(folder + "/part-{:05d}.evs", max_records=100, **options) as w:
+        w.extend([np.full(4, i), i] for i in range(300))
+    stray = tmp_path / "stray.evs"  # another job's shard, not finished: no manifest lists it
+    with evs.Writer(stray) as w:
+        w.append([np.zeros(4, np.int64), -1])
+    if where == "local":
+        (tmp_path / "train" / "other-00000.evs").write_bytes(stray.read_bytes())
+    else:
+        s3.fs().put_file(str(stray), folder.removeprefix("s3://") + "/other-00000.evs")
+    ds = evs.open_shards(folder, **options)
+    assert len(ds) == 300 and ds[299][1] == 299
+    if where == "local":
+        (tmp_path / "train" / "part-00001.evs").unlink()
+    else:
+        s3.fs().rm(folder.removeprefix("s3://") + "/part-00001.evs")
+    with pytest.raises(evs.FormatError, match=r"shards\[1\]\.path .*part-00001.evs"):
+        evs.open_shards(folder, **options)

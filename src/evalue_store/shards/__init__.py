@@ -42,6 +42,7 @@ from .manifest import (  # noqa: F401  (re-exported: the manifest API is this mo
     _expand,
     check_shard_files,
     describe_shard,
+    directory_members,
     footer_checksum,
     manifest_doc,
     merge_manifests,
@@ -55,18 +56,15 @@ from .writer import ShardWriter, reuse_dictionary, shard_full  # noqa: F401  (re
 
 
 def _directory_members(directory: str) -> list[str]:
-    """A directory's manifest.json if present, else its *.evs and *.evs.zst files in name
-    order (plain and compressed shards mixed)."""
-    manifest = os.path.join(directory, DIRECTORY_MANIFEST)
-    if os.path.isfile(manifest):
-        return [manifest]
-    pattern = os.path.join(glob.escape(directory), "*")
-    files = sorted(path for path in glob.glob(pattern) if path.endswith(SHARD_SUFFIXES))
-    if not files:
+    """A directory's manifests or shard files (``directory_members``)."""
+    entries = glob.glob(os.path.join(glob.escape(directory), "*"))
+    members = directory_members([path for path in entries if os.path.isfile(path)])
+    if not members:
         raise FileNotFoundError(
-            f"{directory}: no {DIRECTORY_MANIFEST} and no *.evs or *.evs.zst files"
+            f"{directory}: no {DIRECTORY_MANIFEST}, no *{MANIFEST_SUFFIX} and no *.evs or "
+            "*.evs.zst files"
         )
-    return files
+    return members
 
 
 def resolve_shards(
@@ -339,8 +337,9 @@ def open_shards(
     cache_dir: PathLike | None = None,
 ) -> ShardedDataset:
     """Open shards as one dataset. ``source`` is a container file, a manifest (``*.json``),
-    a glob (sorted), a directory (its manifest.json, else its ``*.evs`` and ``*.evs.zst``
-    files by name), or a list of any of these, concatenated in order.
+    a glob (sorted), a directory (``manifest.directory_members``: its manifest.json, else
+    its ``*.manifest.json``, else its ``*.evs`` and ``*.evs.zst`` files by name), or a list
+    of any of these, concatenated in order.
 
     With manifests, opening reads only the manifests: shards open on first use and are
     checked then. Without, each shard is opened once to count its records. ``validate``

@@ -43,6 +43,25 @@ PathLike = Union[str, os.PathLike]
 Source = Union[PathLike, Sequence[PathLike]]
 
 
+def directory_members(names: Sequence[str]) -> list[str]:
+    """What a directory holding ``names`` (its entries' paths) stands for, in name order:
+    its manifest.json; else the manifests ShardWriter names after its patterns
+    (``*.manifest.json``), each a finished job's shards; else its shard files. While a
+    manifest is there, shards it does not list (a job that did not finish) are not read,
+    and one that is missing fails at open instead of being left out."""
+    names = sorted(names)
+    rules = (
+        lambda name: name.rsplit("/", 1)[-1] == DIRECTORY_MANIFEST,
+        lambda name: name.endswith(MANIFEST_SUFFIX),
+        lambda name: name.endswith(SHARD_SUFFIXES),
+    )
+    for rule in rules:
+        members = [name for name in names if rule(name)]
+        if members:
+            return members
+    return []
+
+
 @dataclass(frozen=True)
 class ShardInfo:
     """One shard as a manifest lists it; ``path`` is absolute once loaded."""

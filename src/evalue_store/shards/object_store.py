@@ -23,6 +23,7 @@ from ..dataset.writer import Writer
 from ..errors import LIMIT, MANIFEST, FormatError
 from ..physical.remote import _retrying, resolve
 from ..physical.remote_store import forget, info_now
+from .manifest import directory_members
 
 MAX_MANIFEST = 256 << 20  # a manifest is JSON for the whole dataset: refuse more than this
 
@@ -60,7 +61,7 @@ def expand_remote(
     source: Any, filesystem: Any, storage_options: dict | None, suffixes: tuple[str, ...]
 ) -> list[tuple[Any, str, str]]:
     """(filesystem, path, URL) of each manifest or shard a remote source names: URLs, globs
-    (sorted), directories (their manifest.json, else their shard files by name)."""
+    (sorted), directories (``directory_members``)."""
     items = [source] if isinstance(source, (str, os.PathLike)) else list(source)
     out = []
     for item in items:
@@ -74,11 +75,12 @@ def expand_remote(
         elif inner.endswith(suffixes + (".json",)):
             out.append((fs, inner, url))
         else:
-            names = sorted(_retrying(lambda: fs.ls(inner, detail=False), url, "list"))  # noqa: B023
-            manifest = [n for n in names if posixpath.basename(n) == "manifest.json"]
-            members = manifest or [n for n in names if n.endswith(suffixes)]
+            names = _retrying(lambda: fs.ls(inner, detail=False), url, "list")  # noqa: B023
+            members = directory_members(names)
             if not members:
-                raise FileNotFoundError(f"{url}: no manifest.json and no shard files")
+                raise FileNotFoundError(
+                    f"{url}: no manifest.json, no *.manifest.json and no shard files"
+                )
             out.extend((fs, m, fs.unstrip_protocol(m)) for m in members)
     return out
 
