@@ -16,7 +16,7 @@ import pytest
 
 import evalue_store as evs
 from evalue_store.errors import RemoteError
-from evalue_store.physical import remote
+from evalue_store.physical import remote, remote_http
 from evalue_store.physical.remote import RETRIES
 
 pytest.importorskip("aiohttp")
@@ -30,7 +30,10 @@ class Served(ThreadingHTTPServer):
 
     def __init__(self, data: bytes):
         self.data = data
-        self.mode = "ok"  # "ok", "wrong-range" (8 bytes earlier, honestly labelled), "shrunk"
+        # "ok", "wrong-range" (8 bytes earlier, honestly labelled), "shrunk", "hang" (ranged
+        # GETs get no answer), or a HEAD refused: "head-405", "head-403" (GETs served)
+        self.mode = "ok"
+        self.released = threading.Event()  # ends the hangs
         self.failing = 0  # answer 503 to this many requests (-1: all)
         self.log: list[tuple[str, str | None]] = []
         super().__init__(("127.0.0.1", 0), _Handler)
@@ -64,6 +67,11 @@ class _Handler(BaseHTTPRequestHandler):
             return self._answer(503, b"busy", {})
         if self.path != "/obj.evs":
             return self._answer(404, b"", {})
+        if self.command == "HEAD" and srv.mode.startswith("head-"):
+            return self._answer(int(srv.mode[5:]), b"", {})
+        if srv.mode == "hang" and asked is not None:
+            srv.released.wait(30)  # accepted, never answered
+            return None
         data, etag = srv.data, '"v1"'
         if self.headers.get("If-Match") not in (None, etag):
             return self._answer(412, b"", {})
@@ -94,6 +102,7 @@ def served(tmp_path) -> Iterator[Served]:
     try:
         yield server
     finally:
+        server.released.set()
         server.shutdown()
         server.server_close()
 
@@ -152,3 +161,30 @@ def test_server_errors_at_open_are_retried_and_never_file_not_found(served):
     served.failing = 0
     with pytest.raises(FileNotFoundError, match="nothing.evs"):
         evs.open(served.url.replace("obj.evs", "nothing.evs"))
+
+
+def test_a_server_that_never_answers_fails_as_a_dropped_connection(served, monkeypatch):
+    """README "On failure": a request that fails is retried, then RemoteError. A server that
+    accepted a ranged GET and never answered held ds[i] forever (attacker finding, session
+    12, twelfth run, C02): no request had a timeout. Now one that sends nothing for
+    READ_TIMEOUT_S (20 s; shortened here) fails and is retried as a dropped connection."""
+    monkeypatch.setattr(remote_http, "READ_TIMEOUT_S", 0.3)
+    ds = evs.open(served.url)
+    served.mode = "hang"
+    with pytest.raises(RemoteError, match=rf"bytes \d+-\d+ failed after {RETRIES + 1} tries"):
+        ds[1700]
+    served.mode = "ok"
+    assert ds[1700][1] == 1700
+
+
+@pytest.mark.parametrize("status", [403, 405])
+def test_a_server_that_refuses_head_is_opened_by_a_ranged_get(served, status):
+    """FORMAT.md 15 rule 3: only a server error is retried. A server refusing HEAD (405, or
+    403 as a presigned GET URL does) but serving ranged GETs could not be opened: its 405
+    was retried as a failure, then RemoteError (attacker finding, session 12, twelfth run,
+    C03). The object's size and ETag now come from a GET of its first byte."""
+    served.mode = f"head-{status}"
+    served.log.clear()
+    ds = evs.open(served.url)
+    assert len(ds) == 3000 and ds[1700][1] == 1700
+    assert ("GET", "bytes=0-0") in served.log and all(r for m, r in served.log if m == "GET")

@@ -22,7 +22,7 @@ from typing import Any
 
 from ..container import Commit, Header, open_container
 from ..errors import CHANGED, TRUNCATED, Error, FormatError, RemoteError
-from . import remote_ranges
+from . import remote_http, remote_ranges
 from .plain import CHUNK, _PlainSource, aligned_buffer
 from .remote_store import info_now, own
 from .zstd import is_compressed, open_reader
@@ -80,6 +80,8 @@ def resolve(
         # report instead of about 3.
         config = dict(options.get("config_kwargs") or {})
         config.setdefault("retries", {"total_max_attempts": 1, "mode": "standard"})
+        config.setdefault("connect_timeout", remote_http.CONNECT_TIMEOUT_S)
+        config.setdefault("read_timeout", remote_http.READ_TIMEOUT_S)
         options["config_kwargs"] = config
     fs, inner = fsspec.core.url_to_fs(text, **options)
     return fs, inner, text

@@ -24,6 +24,14 @@ from ..errors import CHANGED, FormatError, RemoteError
 
 Ranges = list[tuple[int, int]]
 CONTENT_RANGE = re.compile(r"\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*$")
+# A request fails (and is retried, as a dropped connection is) when connecting takes longer,
+# or when the server then sends nothing for READ_TIMEOUT_S: a server that accepts a request
+# and never answers held a reader forever. The same bounds are given to botocore for S3.
+CONNECT_TIMEOUT_S = 10.0
+READ_TIMEOUT_S = 20.0
+# A HEAD refused with these may still be a GET served (a presigned URL signs one method; some
+# servers implement GET alone): the object's info then comes from a ranged GET.
+HEAD_REFUSED = (403, 405, 501)
 
 
 def is_http(fs: Any) -> bool:
@@ -35,9 +43,16 @@ def is_http(fs: Any) -> bool:
 def _request(fs: Any, extra: dict[str, str]) -> tuple[dict, dict]:
     """(headers, other aiohttp arguments) for a request: the filesystem's own (its
     ``storage_options``: headers, auth...) with ``extra`` headers added."""
+    import aiohttp
+
     kwargs = dict(getattr(fs, "kwargs", {}) or {})
     headers = {**(kwargs.pop("headers", None) or {}), "Accept-Encoding": "identity", **extra}
     kwargs.setdefault("allow_redirects", True)
+    if "timeout" not in (getattr(fs, "client_kwargs", None) or {}):  # else the user's
+        kwargs.setdefault(
+            "timeout",
+            aiohttp.ClientTimeout(sock_connect=CONNECT_TIMEOUT_S, sock_read=READ_TIMEOUT_S),
+        )
     return headers, kwargs
 
 
@@ -65,13 +80,12 @@ async def _info(fs: Any, path: str) -> dict:
     headers, kwargs = _request(fs, {})
     out: dict[str, Any] = {"name": path, "size": None, "type": "file"}
     async with session.head(url, headers=headers, **kwargs) as r:
-        _check(r, path)
-        if r.headers.get("Content-Encoding", "identity") in ("identity", ""):
-            length = r.headers.get("Content-Length")
-            out["size"] = int(length) if length and length.isdigit() else None
-        for name in ("ETag", "Last-Modified"):
-            if r.headers.get(name):
-                out[name] = r.headers[name]
+        if r.status not in HEAD_REFUSED:  # else the GET below tells
+            _check(r, path)
+            if r.headers.get("Content-Encoding", "identity") in ("identity", ""):
+                length = r.headers.get("Content-Length")
+                out["size"] = int(length) if length and length.isdigit() else None
+            _identity(r, out)
     if out["size"] is None:
         headers["Range"] = "bytes=0-0"
         async with session.get(url, headers=headers, **kwargs) as r:
@@ -79,7 +93,15 @@ async def _info(fs: Any, path: str) -> dict:
             parsed = CONTENT_RANGE.match(r.headers.get("Content-Range", ""))
             if r.status == 206 and parsed and parsed.group(3) != "*":
                 out["size"] = int(parsed.group(3))
+            _identity(r, out)
     return out
+
+
+def _identity(response: Any, out: dict) -> None:
+    """The ETag and Last-Modified of ``response`` into ``out``, unless a HEAD gave them."""
+    for name in ("ETag", "Last-Modified"):
+        if response.headers.get(name):
+            out.setdefault(name, response.headers[name])
 
 
 def getter(fs: Any, path: str, url: str, size: int, etag: str | None) -> Callable:
