@@ -77,8 +77,8 @@ def test_positions_and_batch_size_that_are_fine(xor4, tmp_path):
     int (numpy's too) and never a bool (True was taken as 1)."""
     records = [[f"id{i}", np.array([i, i], np.float32), i % 2] for i in range(8)]
     path = pack(tmp_path / "three.evs", records)
-    x, y = bind(path, xor4, fields=(np.int64(1), 2), batch_size=np.int64(4)).read([6, 7])
-    assert x.tolist() == [[6, 6], [7, 7]] and y.tolist() == [0, 1]
+    x, y = bind(path, xor4, fields=(np.int64(1), 2), batch_size=np.int64(4)).read([6, 7, 6, 7])
+    assert x.tolist() == [[6, 6], [7, 7]] * 2 and y.tolist() == [0, 1, 0, 1]
     for bad, words in ((True, "not a bool"), (4.0, "not float 4.0"), ("4", "not str '4'")):
         with pytest.raises(TypeError, match=words):
             bind(path, xor4, fields=(1, 2), batch_size=bad)
@@ -95,11 +95,11 @@ def test_read_and_order_take_indices_as_the_dataset_does(xor4, tmp_path):
     path = pack(tmp_path / "eight.evs", records)
     binding = bind(path, xor4)
     mask = np.zeros(8, bool)
-    mask[[5, 6]] = True
+    mask[[2, 3, 5, 6]] = True
     x, y = binding.read(mask)
-    assert y.tolist() == [5, 6] and x.tolist() == [[5, 5], [6, 6]]
-    assert binding.read(mask.tolist())[1].tolist() == [5, 6]
-    assert binding.read([-1, 0])[1].tolist() == [7, 0]  # negative: from the end, as there
+    assert y.tolist() == [2, 3, 5, 6] and x.tolist() == [[2, 2], [3, 3], [5, 5], [6, 6]]
+    assert binding.read(mask.tolist())[1].tolist() == [2, 3, 5, 6]
+    assert binding.read([-1, 0, -2, 1])[1].tolist() == [7, 0, 6, 1]  # negative: from the end
     for bad in ([1.7, 2.2], np.array([1.0, 2.0]), True, [True, False]):
         with pytest.raises((TypeError, IndexError)):
             binding.read(bad)
@@ -154,3 +154,19 @@ def test_ctrl_c_during_a_step_resumes_exactly(xor4, tmp_path, monkeypatch, at):
     assert resumed.losses == expected
     params = resumed.state_dict()["parameters"]
     assert all(np.array_equal(params[k], v) for k, v in expected_params.items())
+
+
+def test_read_refuses_a_count_the_program_does_not_take(xor4, tmp_path):
+    """read() of a batch the program cannot run (another count than its static batch, or
+    past its bound) gave the rows, for ExecuTorch to refuse with an error code when it runs
+    (attacker's remark, session 12, twelfth run: 9 rows for a program bounded at 8)."""
+    path = pack(tmp_path / "ten.evs", [[np.array([i, i], np.float32), i % 2] for i in range(10)])
+    with pytest.raises(ValueError, match="takes batches of exactly 4: not 2"):
+        bind(path, xor4).read([0, 1])
+    bounded = str(export_xor(tmp_path / "xor_dyn8.pte", dynamic_max=8))
+    binding = bind(path, bounded, batch_size=4)
+    assert binding.read(list(range(8)))[1].tolist() == [0, 1] * 4
+    with pytest.raises(ValueError, match="takes batches of 1 to 8: not 9"):
+        binding.read(list(range(9)))
+    with pytest.raises(ValueError, match="not 0"):
+        binding.read([])

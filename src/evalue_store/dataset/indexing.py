@@ -99,6 +99,8 @@ def many(indices: Any, n: int) -> np.ndarray:
     if isinstance(indices, (str, bytes, bytearray, Mapping)) or (
         getattr(indices, "ndim", None) is None and not _is_sequence(indices)
     ):
+        if isinstance(indices, (int, np.integer)) and not _is_bool(indices):
+            raise TypeError(f"a batch's indices are a sequence, not one int: [{indices}]")
         raise _wrong_kind(indices)
     typed = hasattr(indices, "dtype")  # an array or tensor: its dtype counts even when empty
     if hasattr(indices, "detach"):  # a torch tensor, possibly on a GPU

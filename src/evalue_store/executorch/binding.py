@@ -26,7 +26,7 @@ from ..dtypes import BFLOAT16
 from ..errors import FormatError, InputMismatchError
 from ..shards import ShardedDataset, open_shards
 from ..torch import as_torch
-from .fields import Field, Layout, name_of, pick, value_text
+from .fields import Field, Layout, as_count, name_of, pick, value_text
 from .program import MethodInputs, Program, program_bytes, program_digest, read_method_inputs
 
 Data = Union[Dataset, ShardedDataset, str, Path, Sequence[Union[str, Path]]]
@@ -223,7 +223,7 @@ class Binding:
         """
         order = self._order(order)
         size = self.batch_size
-        todo = order[start * size :]
+        todo = order[as_count("start", start) * size :]
         full = len(todo) // size
         per_read = max(1, self._read_rows // size)
         for first in range(0, full, per_read):
@@ -245,7 +245,19 @@ class Binding:
         """The method's inputs for exactly these records (any count the program accepts):
         ``indices`` as ``Dataset.get_batch`` takes them, a boolean mask included."""
         indices = indexing.many(indices, len(self.dataset))
+        self._check_rows(len(indices))
         return self._read(indices, len(indices), False)
+
+    def _check_rows(self, rows: int) -> None:
+        """A batch ``read`` makes must be one the program takes (ExecuTorch refuses others
+        when it runs, with an error code): its static batch size exactly, else between 1
+        and its bound."""
+        static, bound = self.inputs.static_batch, self.inputs.max_batch
+        if not all(s.dynamic for s in self.inputs.inputs) and rows != static:
+            raise ValueError(f"{self.method!r} takes batches of exactly {static}: not {rows}")
+        if rows < 1 or (bound is not None and rows > bound):
+            most = str(bound) if bound is not None else "any number"
+            raise ValueError(f"{self.method!r} takes batches of 1 to {most}: not {rows}")
 
     def _order(self, order: Any) -> np.ndarray:
         """``order`` as record positions: integers as ``get_batch`` takes them (negative

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from .binding import Batch, Binding, Data
+from .fields import as_count
 from .program import Program, program_bytes, program_digest, verified_program
 
 STATE_VERSION = 1
@@ -117,6 +118,8 @@ class Trainer:
     def train(self, epochs: int, max_steps: int | None = None) -> list[float]:
         """Train until ``epochs`` epochs are complete (counting those done before a resume),
         or for at most ``max_steps`` steps; returns this call's losses."""
+        epochs = as_count("epochs", epochs)
+        max_steps = None if max_steps is None else as_count("max_steps", max_steps)
         start = len(self.losses)
         while self.epoch < epochs:
             order = self.data.epoch_order(self.epoch, self.seed, self.shuffle)
