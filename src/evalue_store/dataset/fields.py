@@ -22,11 +22,17 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
+from ..codec import decode_payload, value_count
+from ..container import FRAME_SIZE
 from ..errors import CHECKSUM, FIELDS, EncodeError, FormatError
 from ..metadata import parse_metadata
 from ..values import Kind, classify
 
 FIELDS_KEY = "evalue_store.fields"
+# The first record salvaged from a dict writer killed before its first commit is decoded, up
+# to this size, so that a first dict naming it in another key order is caught (a bigger one
+# is not read whole for that).
+KINDS_READ_BYTES = 64 << 20
 
 
 def check_names(names: Any, error: type = EncodeError) -> tuple[str, ...]:
@@ -208,6 +214,21 @@ class WriterFields:
     _commit: Any
     _sink: Any
     _metadata_dirty: bool
+    alignment: int
+
+    def _note_salvaged(self, found: list[tuple[int, int, int]]) -> None:
+        """Records (offset, length, crc) salvaged into a file that had none: a writer of
+        dicts killed before its first commit left them without their names. Their value
+        counts, and the first one's value kinds, are what names given to them must fit."""
+        self.__dict__["_salvaged_counts"] = {
+            value_count(self._sink.read(offset + FRAME_SIZE, 4)) for offset, _, _ in found
+        }
+        offset, length, _ = found[0]
+        if length <= KINDS_READ_BYTES:
+            first = self._sink.read(offset, FRAME_SIZE + length)
+            self.__dict__["_salvaged_kinds"] = value_kinds(
+                decode_payload(first, 0, length, self.alignment)
+            )
 
     @property
     def fields(self) -> tuple[str, ...] | None:

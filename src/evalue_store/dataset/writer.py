@@ -14,13 +14,11 @@ import weakref
 from typing import Any
 
 from .. import __version__
-from ..codec import decode_payload, value_count
 from ..container import (
     DEFAULT_ALIGNMENT,
     DEFAULT_VERSION,
     ENTRY,
     ENTRY_SIZE,
-    FRAME_SIZE,
     Commit,
     checksum_function,
     empty_commit,
@@ -47,7 +45,7 @@ from ..physical.salvage import Salvage, side_file
 from ..physical.zframe import DEFAULT_LEVEL
 from ..physical.zstd import AUTO, DEFAULT_FRAME_SIZE, MAX_FRAME_SIZE, check_dictionary
 from .append import Appending, check_alignment, serialized
-from .fields import WriterFields, value_kinds
+from .fields import WriterFields
 
 MIN_FRAME_SIZE = 256  # below this, per-frame overhead outweighs the record; 1 record per frame
 
@@ -365,14 +363,7 @@ class Writer(WriterFields, Appending):
         for offset, length, crc in state.found:
             self._pending += ENTRY.pack(offset, length, crc, 0)
         if state.found and not self._commit.record_count:  # their names died with the writer
-            self.__dict__["_salvaged_counts"] = {
-                value_count(self._sink.read(offset + FRAME_SIZE, 4)) for offset, _, _ in state.found
-            }
-            offset, length, _ = state.found[0]
-            first = self._sink.read(offset, FRAME_SIZE + length)
-            self.__dict__["_salvaged_kinds"] = value_kinds(
-                decode_payload(first, 0, length, self.alignment)
-            )
+            self._note_salvaged(state.found)
         if new_metadata:  # names it gives must fit the records, checked before the salvage
             self._field_state()  # commit below, which would store them (attacker's C01, C02)
         if state.found or self._commit.number == 0:
