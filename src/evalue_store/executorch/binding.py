@@ -11,7 +11,6 @@ examples) or a Python bool/int/float (converted to the input's dtype).
 
 from __future__ import annotations
 
-import operator
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -129,15 +128,7 @@ class Binding:
             batch_size = static if not dynamic else bound
             if batch_size is None:
                 raise ValueError(f"{self.method!r} has an unbounded batch: pass batch_size")
-        if isinstance(batch_size, (bool, np.bool_)):
-            raise TypeError(f"batch_size must be an int, not a bool ({batch_size!r})")
-        try:
-            batch_size = operator.index(batch_size)
-        except TypeError:
-            kind = type(batch_size).__name__
-            raise TypeError(f"batch_size must be an int, not {kind} {batch_size!r}") from None
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be positive, not {batch_size}")
+        batch_size = as_count("batch_size", batch_size, least=1)
         if not dynamic and batch_size != static:
             raise ValueError(f"{self.method!r} takes batches of exactly {static}: not {batch_size}")
         if bound is not None and batch_size > bound:

@@ -163,15 +163,15 @@ def _position(k: int, entry: Any) -> int:
     return position
 
 
-def as_count(name: str, value: Any) -> int:
-    """``value`` as a count of batches or epochs: an int (numpy's too) of at least 0; a
-    bool or a float is a TypeError (``epochs=1.5`` ran 2 epochs, ``True`` 1)."""
+def as_count(name: str, value: Any, least: int = 0) -> int:
+    """``value`` as a count (of batches, epochs, records): an int (numpy's too) of at least
+    ``least``; a bool or a float is a TypeError (``epochs=1.5`` ran 2 epochs, ``True`` 1)."""
     if isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{name} must be an int, not a bool ({value!r})")
     try:
         number = operator.index(value)
     except TypeError:
         raise TypeError(f"{name} must be an int, not {type(value).__name__} {value!r}") from None
-    if number < 0:
-        raise ValueError(f"{name} must be 0 or more, not {number}")
+    if number < least:
+        raise ValueError(f"{name} must be {least} or more, not {number}")
     return number
