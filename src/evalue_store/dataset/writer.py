@@ -429,8 +429,6 @@ class Writer(WriterFields, Appending):
             self.abort()
             raise ClosedError(f"{self.path}: {reason}")
         try:
-            if self._train:  # a dictionary still to choose is chosen for this file as it ends
-                self._sink.ends_here()
             self.commit()
         finally:
             self._release()

@@ -134,7 +134,6 @@ class ZstdSink(FrameCutter):
         self._held_bytes = 0
         self._held_from = 0
         self._use_dictionary: Callable[[bytes], None] | None = None
-        self._ending = False  # the file ends with the next commit (``ends_here``)
 
     @classmethod
     def create(cls, fd: int, dictionary: bytes | None, *, level: int, frame_size: int) -> ZstdSink:
@@ -157,7 +156,7 @@ class ZstdSink(FrameCutter):
             self.pending = bytearray()
             self._torn = False
             if self._held_bytes >= TRAIN_BYTES:
-                self.settle()
+                self.settle(at_commit=False)
             return
         self._write_frame(self.pending, self.pos - len(self.pending))
         self.pending = bytearray()
@@ -202,7 +201,7 @@ class ZstdSink(FrameCutter):
         if self.pending:
             self._emit()
         if self.held is not None:
-            self.settle()
+            self.settle(at_commit=True)
 
     # ------------------------------------------------------------------ dictionary
 
@@ -214,21 +213,17 @@ class ZstdSink(FrameCutter):
         self._held_bytes = 0
         self._held_from = self.pos - len(self.pending)
         self._use_dictionary = use_dictionary
-        self._ending = False
 
-    def ends_here(self) -> None:
-        """The file ends with the next commit (its writer is closing): a dictionary chosen
-        then serves the frames held and no other (``zstd_train.smallest_file``)."""
-        self._ending = True
-
-    def settle(self) -> None:
-        """Choose a dictionary for the held frames. With one, ``use_dictionary`` has the
-        file rebuilt with it (``rebuilt``, ``take``); without, the held frames are written
-        as they are. Either way nothing held is dropped before it is in a frame of the file the
-        writer keeps: if this raises, the frames not yet written are still held."""
+    def settle(self, at_commit: bool) -> None:
+        """Choose a dictionary for the held frames (``at_commit``: a commit needs them before
+        TRAIN_BYTES were held, and may be the file's last: ``zstd_train.smallest_file``).
+        With one, ``use_dictionary`` has the file rebuilt with it (``rebuilt``, ``take``);
+        without, the held frames are written as they are. Either way nothing held is dropped
+        before it is in a frame of the file the writer keeps: if this raises, the frames not
+        yet written are still held."""
         use = self._use_dictionary
         if use is not None:  # not decided yet
-            dictionary = choose_dictionary(self.held, self.level, self._ending)
+            dictionary = choose_dictionary(self.held, self.level, at_commit)
             if dictionary is not None:
                 use(dictionary)  # the rebuilt file holds them all
             # Decided: an interrupt while the held frames are written out below must not

@@ -7,9 +7,10 @@ trained on the file's first frames gives them shared tables and common content, 
 makes them about as small as frames several times their size, and faster to decode. A new
 file's writer holds its first frames back (``ZstdSink.hold``) until it has TRAIN_BYTES of
 them or commits; ``choose_dictionary`` then trains on them and keeps the dictionary only if
-it makes frames it was not trained on clearly smaller. A file that ends with those frames
-(its writer closes before TRAIN_BYTES) stores the dictionary for them alone, so there it is
-kept only if the file, the dictionary's own bytes counted, comes out clearly smaller.
+it makes frames it was not trained on clearly smaller. A commit before TRAIN_BYTES (closing
+the writer commits) may be the file's last: the dictionary may then serve those frames
+alone, so it is kept only if the file, the dictionary's own bytes counted, comes out
+clearly smaller.
 """
 
 from __future__ import annotations
@@ -25,11 +26,11 @@ MIN_FRAMES = 64  # fewer held frames than this: no dictionary (too little to lea
 DICT_SIZE = 64 << 10  # at most
 SEGMENTS = (2000, 16000)  # COVER segment sizes tried (d = 6); the better one is kept
 MIN_GAIN = 0.98  # kept only if the held-out frames compress to at most this fraction
-# Sizes tried for a file that ends with its held frames. Measured on W1 (400 records, 195 KB
+# Sizes tried at a commit before TRAIN_BYTES. Measured on W1 (400 records, 195 KB
 # compressed without a dictionary): 4 KiB 0.864x of that with the dictionary counted, 16 KiB
 # 0.894x, 64 KiB 1.085x (the 64 KiB one compresses the frames best, 0.855x, but is a third
 # of what it saves on them).
-ENDING_SIZES = (4 << 10, 16 << 10, DICT_SIZE)
+COMMIT_SIZES = (4 << 10, 16 << 10, DICT_SIZE)
 
 
 def train(samples: list[Any], size: int, segment: int, level: int) -> bytes | None:
@@ -71,28 +72,28 @@ def best_dictionary(samples: list[Any], size: int, level: int) -> tuple[bytes | 
     return best, best_size / max(base, 1)
 
 
-def choose_dictionary(frames: list[Any], level: int, ending: bool = False) -> bytes | None:
+def choose_dictionary(frames: list[Any], level: int, at_commit: bool = False) -> bytes | None:
     """The dictionary a new file whose first frames are ``frames`` is written with: the
     best candidate, if there are MIN_FRAMES frames to learn from and it makes the held-out
     ones at least 2% smaller; else None. Measured on W1 (docs/FRAMES.md section 7):
-    one-record frames of 1,280 bytes then take 400 bytes each, not 436. ``ending``: the
-    file ends with these frames (``smallest_file``)."""
+    one-record frames of 1,280 bytes then take 400 bytes each, not 436. ``at_commit``: a
+    commit needs the frames before TRAIN_BYTES of them were held (``smallest_file``)."""
     if len(frames) < MIN_FRAMES:
         return None
-    if ending:
+    if at_commit:
         return smallest_file(frames, level)
     dictionary, ratio = best_dictionary(frames, DICT_SIZE, level)
     return dictionary if ratio <= MIN_GAIN else None
 
 
 def smallest_file(frames: list[Any], level: int) -> bytes | None:
-    """For a file that ends with ``frames``: of the dictionaries trained on them all, one of
-    each size in ENDING_SIZES and segment in SEGMENTS, the one that makes the file smallest,
-    its own bytes counted (it is stored once, for these frames alone), if that is at least
-    2% smaller than without a dictionary; else None. (A 64 KiB dictionary made a file of
-    64 W1 records 2.2 times the size it has without one.)"""
+    """For a file that may end with ``frames`` (a commit is often a writer's last): of the
+    dictionaries trained on them all, one of each size in COMMIT_SIZES and segment in
+    SEGMENTS, the one that makes the file smallest, its own bytes counted, if that is at
+    least 2% smaller than without a dictionary; else None. (A 64 KiB dictionary made a file
+    of 64 W1 records 2.2 times the size it has without one.)"""
     best, best_size = None, MIN_GAIN * compressed_size(frames, level, None)
-    for size in ENDING_SIZES:
+    for size in COMMIT_SIZES:
         for segment in SEGMENTS:
             candidate = train(frames, size, segment, level)
             if candidate is not None:
