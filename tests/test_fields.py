@@ -558,3 +558,19 @@ def test_a_dict_whose_keys_would_swap_salvaged_values_is_refused(tmp_path):
     with evs.open(path, as_dict=True) as ds:
         assert ds.fields == ("tokens", "label", "id") and len(ds) == 5
         assert [ds[i]["label"] for i in range(5)] == [0, 1, 2, 3, 3]
+
+
+def test_a_field_of_ints_and_doubles_does_not_look_like_another_key_order(tmp_path):
+    """A field holding an Int in one record and a Double in the next made a first dict in
+    the crashed writer's own key order look like a swap (refused), while a swapped one was
+    accepted (attacker finding, session 12, thirteenth run, C02). Numbers are one class."""
+    path = tmp_path / "n.evs"
+    dicts = [
+        {"score": 1, "loss": 2.5, "pad": np.arange(2)},
+        {"score": 0.5, "loss": 3, "pad": np.arange(2)},
+    ]
+    _killed_with_a_tail(path, dicts, 0)
+    with evs.Writer(path, "a") as w:
+        w.append({"score": 0.25, "loss": 4, "pad": np.arange(2)})
+    with evs.open(path, as_dict=True) as ds:
+        assert ds.fields == ("score", "loss", "pad") and ds[0]["score"] == 1 and ds[1]["loss"] == 3

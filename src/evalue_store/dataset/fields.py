@@ -57,9 +57,14 @@ def stored_names(metadata: dict) -> tuple[str, ...] | None:
     return None if names is None else check_names(names, FormatError)
 
 
+# Kinds one field may hold in different records (a score written as 1 here, 2.5 there):
+# one class, so that records differing only in them never look like names in another order.
+NUMBERS = (Kind.INT, Kind.DOUBLE, Kind.BOOL)
+
+
 def value_kinds(values: Any) -> tuple[tuple[int, str, int], ...] | None:
     """Each value's kind, a tensor's with its dtype and rank (what giving two values each
-    other's names would show in); None if a value has no kind."""
+    other's names would show in), Int, Double and Bool as one; None if a value has none."""
     kinds = []
     for value in values:
         try:
@@ -67,6 +72,7 @@ def value_kinds(values: Any) -> tuple[tuple[int, str, int], ...] | None:
         except (EncodeError, TypeError, ValueError):
             return None
         tensor = kind == Kind.TENSOR
+        kind = Kind.INT if kind in NUMBERS else kind
         kinds.append((int(kind), normal.dtype.str if tensor else "", normal.ndim if tensor else 0))
     return tuple(kinds)
 
