@@ -212,6 +212,58 @@ def test_non_zero_padding_is_named_and_harmless_to_reads(tmp_path):
         ]
 
 
+@pytest.mark.parametrize("compression", [None, "zstd"])
+def test_verify_names_non_zero_padding_written_into_a_file(tmp_path, monkeypatch, compression):
+    """A writer that put non-zero bytes in the padding (here: its zeros replaced) makes a
+    file that reads right and that verify names at each place, the first ten listed, in a
+    compressed file as in a plain one, across commits and frames."""
+    from evalue_store.codec import record as codec_record
+
+    zeros = codec_record.ZEROS
+    path = tmp_path / "pad.evs"
+    monkeypatch.setattr(codec_record, "ZEROS", b"\x07" * len(zeros))
+    with evs.Writer(path, compression=compression) as w:
+        for i in range(30):
+            w.append([np.arange(3, dtype=np.int8), i])  # short payloads: padding after each
+            if i % 7 == 6:
+                w.commit()
+    monkeypatch.setattr(codec_record, "ZEROS", zeros)
+    with evs.open(path) as ds:
+        assert [r[1] for r in ds] == list(range(30))
+        gaps = [int(e["offset"]) + 16 + int(e["length"]) for e in ds.entries()]
+        listed = ", ".join(map(str, gaps[:10]))
+        assert ds.verify().problems == [
+            f"non-zero bytes in the padding between blocks at 30 places (offsets {listed} ...):"
+            " no read uses them, but the file was changed there"
+        ]
+
+
+def _bytes_read() -> int:
+    with open("/proc/self/io") as f:
+        return int(next(line for line in f if line.startswith("rchar")).split()[1])
+
+
+def test_verify_reads_a_compressed_file_once(tmp_path):
+    """verify decompresses the frames in file order a span at a time, and checks the
+    records, the padding and the frames from that one pass: it reads each byte of the file
+    about once (a frame cache smaller than the file, and no mapping). It read a file three
+    times, and made a lookup and a decoder call per record and per gap."""
+    rng = np.random.default_rng(0)
+    path = tmp_path / "once.evs.zst"
+    with evs.Writer(path, compression="zstd") as w:
+        for part in range(3):  # three commits: three index blocks and segments
+            tokens = rng.integers(0, 1000, (4000, 128))
+            w.extend_columns({0: tokens, 1: [f"r{part}-{i}" for i in range(4000)]})
+            w.commit()
+    size = path.stat().st_size
+    with evs.open(path, backend="pread", cache_bytes=1 << 16) as ds:
+        before = _bytes_read()
+        report = ds.verify()
+        read = _bytes_read() - before
+    assert report.ok and report.records == 12000, report
+    assert read < 1.1 * size, f"verify read {read} bytes of a {size}-byte file"
+
+
 def covered_ranges(ds: Dataset) -> list[tuple[int, int]]:
     """Byte ranges protected by some checksum: header, live records, index, metadata, footers."""
     ranges = [(0, 54 + len(ds.header.writer.encode()))]

@@ -484,6 +484,27 @@ def test_compressed_remote_file_reads_only_its_frames(s3, tmp_path):
     assert same(copy[n - 1], local[n - 1])
 
 
+@pytest.mark.parametrize("compression", ["zstd", None])
+def test_verify_of_an_object_downloads_it_once(s3, tmp_path, compression):
+    """verify checks records, padding (and frames) from one pass in file order: with a
+    block cache smaller than the object, it fetches about the object's size (a compressed
+    one was fetched 1.7 times: the record pass and the frame pass each read every frame)."""
+    name = "v.evs.zst" if compression else "v.evs"
+    path = tmp_path / name
+    with evs.Writer(path, compression=compression) as w:
+        for part in range(2):
+            w.extend_columns({0: np.random.default_rng(part).random((6000, 32))})
+            w.commit()
+    size = path.stat().st_size
+    s3.fs().put_file(str(path), f"bkt/{name}")
+    ds = evs.open(f"s3://bkt/{name}", storage_options=s3.options, cache_bytes=1 << 20)
+    s3.log.clear()
+    report = ds.verify()
+    fetched = sum(g.body_bytes for g in s3.log.gets())
+    assert report.ok and report.records == 12000, report
+    assert fetched < 1.1 * size, f"verify fetched {fetched} bytes of a {size}-byte object"
+
+
 def test_dataloader_workers_reopen(s3, tmp_path):
     torch = pytest.importorskip("torch")
     url = upload(s3, tmp_path, "loader.evs", 64, lambda i: [np.full(4, i, np.float32)])

@@ -22,6 +22,7 @@ from .errors import NOT_A_CONTAINER, FormatError
 from .files import open_path
 
 CHUNK = 1 << 20  # bytes read at a time
+BAD_LISTED = 10  # gaps verify names (it counts the others)
 SHADOWED = "starts before an earlier record's frame ends (frames must be in file order)"
 
 Read = Callable[[int, int], Any]
@@ -144,19 +145,60 @@ def gaps(
         reach = int(ends[-1])
 
 
-def layout_problems(read: Read, blocks: list[tuple[int, int]], segments: Any) -> list[str]:
-    """What verify reports about the layout of ``blocks`` and the record frames the index
-    ``segments`` name: blocks that overlap, gaps between them that are not all zero (runs
-    once the index is sound: records in file order; memory is a piece of the index plus the
-    blocks)."""
-    records = (extents(entries) for seg in segments for _, entries in index_chunks(read, seg))
-    overlaps: list[int] = []
-    bad = [s for s, e in gaps(blocks, records, overlaps) if not all_zero(read, s, e)]
-    problems = [f"blocks overlap at {at}: a block starts inside another" for at in overlaps[:10]]
-    if bad:
-        where = ", ".join(str(b) for b in bad[:10]) + (" ..." if len(bad) > 10 else "")
-        problems.append(
-            f"non-zero bytes in the padding between blocks at {len(bad)} places "
-            f"(offsets {where}): no read uses them, but the file was changed there"
-        )
-    return problems
+class Layout:
+    """Verify's check of the layout of ``blocks`` and of the record frames the index
+    ``segments`` names: blocks that overlap, and gaps between them that are not all zero.
+    The gaps come in file order (records in file order, as a sound index holds them) and
+    are checked as the caller's pass over the records reaches them (``check_before``), so
+    that a pass reading a compressed file in order reads the padding from the spans it
+    decompresses anyway; ``problems`` checks the rest and says what is wrong. The index is
+    read with ``read``, the gaps with ``read_gaps``; memory is a piece of the index plus the
+    blocks, whatever the file holds."""
+
+    def __init__(self, read: Read, blocks: list[tuple[int, int]], segments: Any, read_gaps: Read):
+        records = (extents(e) for seg in segments for _, e in index_chunks(read, seg))
+        self.overlaps: list[int] = []
+        self._gaps = gaps(blocks, records, self.overlaps)
+        self._read = read_gaps
+        self.bad: list[int] = []  # the first BAD_LISTED gaps that are not all zero
+        self.bad_count = 0
+        self.unreadable = False  # the index could not be read: gaps after it not checked
+        self._next: tuple[int, int] | None = None
+        self._advance()
+
+    def _advance(self) -> None:
+        try:
+            self._next = next(self._gaps, None)
+        except FormatError:
+            self._next, self.unreadable = None, True
+
+    def check_before(self, offset: float) -> None:
+        """Check every gap that starts before logical offset ``offset``."""
+        while self._next is not None and self._next[0] < offset:
+            start, end = self._next
+            try:
+                zero = all_zero(self._read, start, end)
+            except FormatError:  # unreadable (the frame pass says why): not known zero
+                zero = False
+            if not zero:
+                self.bad_count += 1
+                if len(self.bad) < BAD_LISTED:
+                    self.bad.append(start)
+            self._advance()
+
+    def problems(self) -> list[str]:
+        """What is wrong, once every gap is checked."""
+        self.check_before(float("inf"))
+        problems = [
+            f"blocks overlap at {at}: a block starts inside another" for at in self.overlaps[:10]
+        ]
+        if self.bad_count:
+            more = " ..." if self.bad_count > len(self.bad) else ""
+            problems.append(
+                f"non-zero bytes in the padding between blocks at {self.bad_count} places "
+                f"(offsets {', '.join(map(str, self.bad))}{more}): no read uses them, but the "
+                "file was changed there"
+            )
+        if self.unreadable:
+            problems.append("index unreadable: the padding after it was not checked")
+        return problems

@@ -119,8 +119,11 @@ class Records(Scans):
             raise exc.at(path=self.path, record=i, offset_in=self._offsets_in) from None
         return payload.toreadonly()
 
-    def _read(self, i: int, offset: int, length: int, crc: int, checked: bool = False) -> list:
-        """Record ``i`` given its index entry (``checked``: its checksum was verified)."""
+    def _read(
+        self, i: int, offset: int, length: int, crc: int, checked: bool = False, frame: Any = None
+    ) -> list:
+        """Record ``i`` given its index entry (``checked``: its checksum was verified;
+        ``frame``: reads its bytes instead of the source's ``frame``)."""
         align = self.header.alignment
         limit = self.max_record_bytes
         if (
@@ -131,7 +134,7 @@ class Records(Scans):
         ):
             self._check_entry(i, offset, length)  # raises, saying which rule failed
         try:
-            buf, pos = self._source.frame(offset, FRAME_SIZE + length)
+            buf, pos = (frame or self._source.frame)(offset, FRAME_SIZE + length)
         except FormatError as exc:  # a compressed file's frames, a remote object
             raise exc.at(path=self.path, record=i) from None
         return self._decode(i, buf, pos, offset, length, crc, checked)

@@ -14,6 +14,7 @@ from ..container import ENTRY_SIZE, FRAME_SIZE, Commit, parse_footer_from
 from ..errors import INDEX, FormatError
 
 MAX_LISTED = 1000  # bad records verify lists one by one (it counts the others)
+SPAN = 1 << 20  # logical bytes of a compressed file decompressed at a time, in file order
 
 
 @dataclass
@@ -41,14 +42,22 @@ def verify_dataset(ds: Any, progress: Any = None) -> VerifyReport:
     except FormatError as exc:
         report.problems.append(str(exc))
     _index(ds, report)
+    commits = _history(ds, report)  # first: the padding check needs every commit's blocks
+    source = ds._source
+    frame, read = source.frame, source.read
+    if source.compressed:  # records and padding read in one pass in file order
+        source.track_checks()  # so that its frame pass skips the frames this pass checks
+        in_order = InOrder(source)
+        frame, read = in_order.frame, in_order.read
+    layout = bounded.Layout(source.read, _blocks(ds, commits), ds._segments, read)
     saved, ds._crc_on_read = ds._crc_on_read, True  # verify checks every record CRC
     reach = unlisted = 0
     try:
-        for first, count, piece in bounded.index_pieces(ds._source.read, ds._segments):
+        for first, count, piece in bounded.index_pieces(source.read, ds._segments):
             if isinstance(piece, FormatError):
                 bad = _by_record(ds, report, first, count, piece)
             else:
-                bad, reach = _piece(ds, report, first, piece, reach)
+                bad, reach = _piece(ds, report, first, piece, reach, frame, layout)
             for i, reason in bad:
                 if len(report.bad_records) < MAX_LISTED:
                     report.bad_records.append((i, reason))
@@ -60,10 +69,9 @@ def verify_dataset(ds: Any, progress: Any = None) -> VerifyReport:
         ds._crc_on_read = saved
     if unlisted:
         report.problems.append(f"{unlisted} more bad records (the first {MAX_LISTED} listed)")
-    commits = _history(ds, report)
     if report.ok:  # gaps are only meaningful between blocks known to be sound
-        _padding(ds, report, commits)
-    report.problems += ds._source.verify_frames()
+        report.problems += layout.problems()
+    report.problems += source.verify_frames()
     if ds.uncommitted_bytes:
         report.problems.append(
             f"{ds.uncommitted_bytes} bytes after the last commit (a writer crashed or is "
@@ -72,12 +80,62 @@ def verify_dataset(ds: Any, progress: Any = None) -> VerifyReport:
     return report
 
 
+class InOrder:
+    """Reads of a compressed source's logical bytes made in file order (verify's records,
+    then its padding), served from spans of SPAN bytes that ``source.span`` decompresses
+    at once: each frame is read and decompressed once a pass, where a read of each record
+    on its own (``source.frame``) costs a lookup and a decompression of every frame it
+    touches. A read the current span does not hold starts the next span there. A span
+    that fails (a bad frame in it) is not tried again: the reads up to its end go to
+    ``source.frame`` one by one, whose errors name what is wrong."""
+
+    def __init__(self, source: Any):
+        self.source = source
+        self.buf: Any = None  # holds logical bytes [lo, hi) from position ``at`` on
+        self.lo = self.hi = self.at = 0
+        self.failed = 0  # the end of the last span that failed
+
+    def _holds(self, offset: int, n: int) -> bool:
+        return self.buf is not None and self.lo <= offset <= offset + n <= self.hi
+
+    def frame(self, offset: int, n: int) -> tuple[Any, int]:
+        if not self._holds(offset, n):
+            self._next(offset, n)
+        if self._holds(offset, n):
+            return self.buf, self.at + offset - self.lo
+        return self.source.frame(offset, n)
+
+    def read(self, offset: int, n: int) -> memoryview:
+        buf, pos = self.frame(offset, n)
+        return buf[pos : pos + n]
+
+    def _next(self, offset: int, n: int) -> None:
+        self.buf = None
+        self.lo = self.hi = offset
+        want = min(max(n, SPAN), self.source.size - offset)
+        if offset < self.failed or want < n:
+            return
+        try:
+            self.buf, self.at = self.source.span(offset, want)
+        except FormatError:
+            self.failed = offset + want
+            return
+        self.hi = offset + min(want, len(self.buf) - self.at)
+
+
 def _piece(
-    ds: Any, report: VerifyReport, first: int, entries: np.ndarray, reach: int
+    ds: Any,
+    report: VerifyReport,
+    first: int,
+    entries: np.ndarray,
+    reach: int,
+    frame: Any,
+    layout: bounded.Layout | None,
 ) -> tuple[list[tuple[int, str]], int]:
-    """Read and check records ``first``... of a piece of the index; returns the bad ones
-    and the new reach (the end of the last good frame). A record starting before it is
-    bad unread, so no byte is checked twice however the index points."""
+    """Read and check records ``first``... of a piece of the index (their bytes read by
+    ``frame``), each after the padding before it (``layout``, if given); returns the bad ones and
+    the new reach (the end of the last good frame). A record starting before it is bad
+    unread, so no byte is checked twice however the index points."""
     bad = []
     for i, (offset, length, crc, reserved) in enumerate(entries.tolist(), first):
         try:
@@ -86,7 +144,9 @@ def _piece(
                 raise FormatError(reason, offset, record=i, code=INDEX)
             if offset < reach:
                 raise FormatError(SHADOWED, offset, record=i, code=INDEX)
-            ds._read(i, offset, length, crc)
+            if layout is not None:
+                layout.check_before(offset)
+            ds._read(i, offset, length, crc, frame=frame)
             report.bytes_checked += FRAME_SIZE + length
             reach = offset + FRAME_SIZE + length
         except FormatError as exc:
@@ -107,7 +167,8 @@ def _by_record(
         except FormatError:
             bad.append((i, f"index entry unreadable: {error.reason}"))
             continue
-        bad += _piece(ds, report, i, np.array([(offset, length, crc, reserved)]), 0)[0]
+        entry = np.array([(offset, length, crc, reserved)])
+        bad += _piece(ds, report, i, entry, 0, ds._source.frame, None)[0]
     return bad
 
 
@@ -162,15 +223,15 @@ def _history(ds: Any, report: VerifyReport) -> list[Commit]:
     return commits
 
 
-def _padding(ds: Any, report: VerifyReport, commits: list[Commit]) -> None:
-    """Blocks must not overlap, and every byte between them must be zero (docs/FORMAT.md
-    §2). No checksum covers these gaps and no read looks at them, so this is the only check
-    they get."""
+def _blocks(ds: Any, commits: list[Commit]) -> list[tuple[int, int]]:
+    """(start, end) of the header and of every block the ``commits`` name: no byte between
+    them may be non-zero (docs/FORMAT.md §2). No checksum covers these gaps and no read
+    looks at them, so verify's padding check is the only check they get."""
     blocks = [(0, ds.header.length)]
     for commit in commits:
         blocks.append((commit.footer_offset, commit.end))
         blocks += [(offset, offset + n) for offset, n, _, _ in _checksummed_blocks(commit)]
-    report.problems += bounded.layout_problems(ds._source.read, blocks, ds._segments)
+    return blocks
 
 
 def _checksummed_blocks(commit: Commit) -> list[tuple[int, int, int, str]]:

@@ -122,6 +122,10 @@ class LogicalReads:
         a time), which a source may serve more cheaply than a random read."""
         return self.frame(offset, n)
 
+    def track_checks(self) -> None:
+        """Verify is about to read the records in file order (``span``) before checking
+        the frames (``verify_frames``): a source may then skip the frames already checked."""
+
     def gather(
         self, offsets: np.ndarray, sizes: np.ndarray, *, index: bool = False
     ) -> tuple[memoryview, np.ndarray]:

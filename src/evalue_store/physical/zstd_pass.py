@@ -28,6 +28,7 @@ class FramePasses:
     """The passes in order of ``ZstdSource`` (a mixin: the state is the source's)."""
 
     _last: tuple[int, memoryview] | None  # a span's last frame (file offset, bytes)
+    _checked: np.ndarray | None = None  # per frame-map entry: checked by a span (track_checks)
     size: int  # logical bytes
     cap: int  # the largest frame content read
     alignment: int
@@ -97,7 +98,18 @@ class FramePasses:
             except FrameError as exc:
                 raise FormatError(f"frame at {at}: {exc}", at, code=ZSTD_FRAME) from None
         self._last = (at, view[place : place + size].toreadonly())
+        if self._checked is not None:
+            self._checked[k : k2 + 1] = True
         return view.toreadonly(), offset - base
+
+    def track_checks(self) -> None:
+        """Until the next ``verify_frames``, remember the frames ``span`` checks, so that
+        verify's frame pass decompresses (and, remote, downloads) only the frames its
+        record pass did not: every frame is checked once."""
+        try:
+            self._checked = np.zeros(len(self._frame_map()[0]), bool)
+        except FormatError:  # the frame pass reports it
+            self._checked = None
 
     def chunks(self) -> Any:
         """Every data frame's logical bytes in order (decompressing each once, uncached)."""
@@ -117,10 +129,13 @@ class FramePasses:
 
     def verify_frames(self) -> list[str]:
         """Problems of the frame layer: the chain of index blocks and maps, every data
-        frame, every locator against the frame map and the container's index."""
+        frame (but those a span checked since ``track_checks``), every locator against
+        the frame map and the container's index."""
+        checked, self._checked = self._checked, None
         try:
             phys, logi, csizes, lsizes = self._frame_map()
-            for k in range(len(phys)):
+            unchecked = range(len(phys)) if checked is None else np.flatnonzero(~checked)
+            for k in unchecked:
                 self._whole_frame(int(phys[k]), int(logi[k]), int(csizes[k]), int(lsizes[k]))
         except FormatError as exc:
             return [f"frame layer: {exc}"]
