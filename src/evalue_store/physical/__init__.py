@@ -19,7 +19,7 @@ from typing import Any
 from ..bounded import open_regular
 from ..container import Commit, Header
 from ..errors import FormatError
-from . import remote, remote_cache
+from . import remote, remote_cache, remote_source
 from .plain import PlainFile, PlainSink, open_plain
 from .zstd import append_state, died_before_first_commit, is_compressed, new_zstd_sink, open_zstd
 
@@ -65,7 +65,7 @@ def open_file(
     if filesystem is not None or remote.is_url(path):
         fs, inner, url = remote.resolve(path, filesystem, storage_options)
         if cache_dir is None:
-            source, header, commit, identity = remote.open_remote(
+            source, header, commit, identity = remote_source.open_remote(
                 fs, inner, url, cache_bytes=cache_bytes, max_frame_size=max_frame_size
             )
             return Opened(source, header, commit, identity, identity[0] - source.physical_end)
