@@ -266,6 +266,34 @@ def test_a_rerun_into_a_written_directory_is_refused(cluster, tmp_path):
         assert len(stored) == 0
 
 
+def test_a_tasks_small_last_shard_is_never_bigger_for_the_shared_dictionary(cluster, tmp_path):
+    """A write task's later shards are offered its first shard's dictionary and keep it
+    only where it pays: a small last shard took the 64 KiB dictionary whatever its size."""
+    rng = np.random.default_rng(0)
+    rows = 1500
+    tokens = {"t": rng.integers(0, 32000, (rows, 128))}  # W1's tokens
+    table = pa.Table.from_pydict(
+        {
+            "id": pa.array(np.arange(rows)),
+            "tokens": BlockAccessor.batch_to_block(tokens).column("t"),
+        }
+    )
+    sizes = {}
+    for dictionary in ("auto", None):
+        out = tmp_path / str(dictionary)
+        sink = evr.EValueDatasink(out, max_records=1200, compression="zstd", dictionary=dictionary)
+        ray.data.from_arrow([table]).repartition(1).write_datasink(sink, concurrency=1)
+        shards = sorted(out.glob("*.evs.zst"))
+        assert len(shards) == 2
+        sizes[dictionary] = [p.stat().st_size for p in shards]
+        if dictionary == "auto":
+            assert len(evs.read_dictionary(shards[0]) or b"") == 64 << 10
+            with evs.open_shards(out) as stored:
+                assert [r[0] for r in stored] == list(range(rows))
+    assert sizes["auto"][0] < sizes[None][0]
+    assert sizes["auto"][1] <= sizes[None][1]
+
+
 def test_a_failing_write_task_leaves_no_manifest_and_no_shards(cluster, tmp_path):
     out = tmp_path / "out"
     blocks = [block(first) for first in range(0, 400, ROWS_PER_BLOCK)]

@@ -165,6 +165,32 @@ def test_shards_share_the_first_shards_dictionary(tmp_path):
     assert {evs.read_dictionary(p) for p in given.glob("*.evs.zst")} == {None}
 
 
+def test_a_small_last_shard_is_never_bigger_for_the_shared_dictionary(tmp_path):
+    """Later shards are offered the first shard's dictionary and keep it only where it
+    pays, its bytes counted for a shard that ends before its first MiB: a last shard of one
+    W1 record took the first shard's 64 KiB dictionary and came out 58 times its size
+    without one (attacker finding, session 13). Shards big enough still share it."""
+    recs = w1(2001)
+    sizes = {}
+    for dictionary in ("auto", None):
+        out = tmp_path / str(dictionary)
+        pattern = str(out / "s-{:03d}.evs.zst")
+        with evs.ShardWriter(
+            pattern, max_records=1000, compression="zstd", dictionary=dictionary
+        ) as sw:
+            sw.extend(recs)
+        shards = sorted(out.glob("s-*.evs.zst"))
+        sizes[dictionary] = [p.stat().st_size for p in shards]
+        if dictionary == "auto":
+            first, second, last = (evs.read_dictionary(p) for p in shards)
+            assert first is not None and len(first) == 64 << 10 and second == first
+            assert last is None
+            with evs.open_shards(str(out)) as ds:
+                assert_same(list(ds), recs)
+    assert sizes["auto"][2] <= sizes[None][2]
+    assert sizes["auto"][1] < sizes[None][1]
+
+
 def test_the_dictionary_option_is_checked():
     with pytest.raises(ValueError, match="dictionary must be bytes, None or 'auto'"):
         evs.Writer("x.evs.zst", compression="zstd", dictionary="yes")

@@ -53,8 +53,8 @@ from .shards import (
     ShardInfo,
     describe_shard,
     open_shards,
-    reuse_dictionary,
     shard_full,
+    shared_dictionary,
     write_manifest,
 )
 
@@ -299,7 +299,8 @@ class _TaskShards:
         self.fields: tuple[str, ...] | None = None
         self.done: list[tuple[str, int, int, str]] = []  # (name, records, bytes, footer sha)
         self.writer: Writer | None = None
-        self.options = dict(sink.writer_options)  # the task's shards share a dictionary
+        self.options = dict(sink.writer_options)
+        self.dictionary: bytes | None = None  # the task's shards share one where it pays
         self.remote = sink.target.fs is not None
         self.local_dir = tempfile.mkdtemp(prefix="evalue_store-ray-") if self.remote else None
 
@@ -324,13 +325,14 @@ class _TaskShards:
             metadata = {**(sink.metadata or {}), FIELDS_KEY: list(self.fields or ())}
             # "w": a retried task replaces its failed attempt's files (same names)
             self.writer = Writer(path, "w", metadata=metadata, durable=sink.durable, **self.options)
+            self.writer._offer_dictionary(self.dictionary)
         return self.writer
 
     def _finish_shard(self) -> None:
         writer, self.writer = self.writer, None
         assert writer is not None
         writer.close()
-        reuse_dictionary(self.options, writer)
+        self.dictionary = shared_dictionary(self.options, writer, self.dictionary)
         info = describe_shard(writer.path)
         name = os.path.basename(writer.path)
         publish_file(writer.path, self.sink.target, name)

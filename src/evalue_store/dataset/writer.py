@@ -289,6 +289,14 @@ class Writer(WriterFields, Appending):
         if self._train and dictionary is None:
             self._sink.hold(self._use_dictionary)
 
+    def _offer_dictionary(self, dictionary: bytes | None) -> None:
+        """If this new compressed file is still choosing its dictionary (nothing appended
+        yet), it tries ``dictionary`` instead of training one, and keeps it only if it pays
+        (``zstd_train.choose_dictionary``): how a ShardWriter's later shards reuse the
+        first one's without a small last shard paying for it."""
+        if dictionary is not None and getattr(self._sink, "held", None) == []:
+            self._sink.offered = dictionary
+
     def _use_dictionary(self, dictionary: bytes) -> None:
         """The sink chose ``dictionary`` for this new file (``zstd_train``): rebuild the
         file with it as a new inode (its first commit, then the frames held back) and put

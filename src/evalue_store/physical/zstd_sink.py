@@ -134,6 +134,7 @@ class ZstdSink(FrameCutter):
         self._held_bytes = 0
         self._held_from = 0
         self._use_dictionary: Callable[[bytes], None] | None = None
+        self.offered: bytes | None = None  # tried instead of training (choose_dictionary)
 
     @classmethod
     def create(cls, fd: int, dictionary: bytes | None, *, level: int, frame_size: int) -> ZstdSink:
@@ -223,7 +224,7 @@ class ZstdSink(FrameCutter):
         yet written are still held."""
         use = self._use_dictionary
         if use is not None:  # not decided yet
-            dictionary = choose_dictionary(self.held, self.level, at_commit)
+            dictionary = choose_dictionary(self.held, self.level, at_commit, self.offered)
             if dictionary is not None:
                 use(dictionary)  # the rebuilt file holds them all
             # Decided: an interrupt while the held frames are written out below must not

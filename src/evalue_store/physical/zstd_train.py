@@ -72,12 +72,18 @@ def best_dictionary(samples: list[Any], size: int, level: int) -> tuple[bytes | 
     return best, best_size / max(base, 1)
 
 
-def choose_dictionary(frames: list[Any], level: int, at_commit: bool = False) -> bytes | None:
+def choose_dictionary(
+    frames: list[Any], level: int, at_commit: bool = False, offered: bytes | None = None
+) -> bytes | None:
     """The dictionary a new file whose first frames are ``frames`` is written with: the
     best candidate, if there are MIN_FRAMES frames to learn from and it makes the held-out
     ones at least 2% smaller; else None. Measured on W1 (docs/FRAMES.md section 7):
     one-record frames of 1,280 bytes then take 400 bytes each, not 436. ``at_commit``: a
-    commit needs the frames before TRAIN_BYTES of them were held (``smallest_file``)."""
+    commit needs the frames before TRAIN_BYTES of them were held (``smallest_file``).
+    ``offered`` (a finished shard's, for the next shards of its job): that one instead of
+    any training, under the same rule (``offered_pays``)."""
+    if offered is not None:
+        return offered if offered_pays(frames, level, at_commit, offered) else None
     if len(frames) < MIN_FRAMES:
         return None
     if at_commit:
@@ -101,3 +107,11 @@ def smallest_file(frames: list[Any], level: int) -> bytes | None:
                 if got <= best_size:
                     best, best_size = candidate, got
     return best
+
+
+def offered_pays(frames: list[Any], level: int, at_commit: bool, offered: bytes) -> bool:
+    """Whether ``offered`` makes ``frames`` at least 2% smaller than no dictionary, its own
+    bytes counted ``at_commit`` (the file may end there). A shared 64 KiB dictionary made a
+    last shard of one W1 record 58 times the size it has without one."""
+    cost = compressed_size(frames, level, offered) + (len(offered) if at_commit else 0)
+    return cost <= MIN_GAIN * compressed_size(frames, level, None)

@@ -50,7 +50,7 @@ from .manifest import (  # noqa: F401  (re-exported: the manifest API is this mo
     read_manifest,
     write_manifest,
 )
-from .writer import ShardWriter, reuse_dictionary, shard_full  # noqa: F401  (re-exported)
+from .writer import ShardWriter, shard_full, shared_dictionary  # noqa: F401  (re-exported)
 
 # ---------------------------------------------------------------------------- reading
 

@@ -40,13 +40,17 @@ def _default_manifest(pattern: str) -> str:
     return os.path.join(directory, stem + MANIFEST_SUFFIX if stem else DIRECTORY_MANIFEST)
 
 
-def reuse_dictionary(writer_options: dict[str, Any], finished: Writer) -> None:
-    """After a shard is finished: if ``writer_options`` leave each file to train its own
-    dictionary (the default) and this shard has one, the next shards use it too. One
-    training per job instead of one per shard, and one dictionary to decompress every
-    shard with (``zstd -d -D``)."""
-    if writer_options.get("dictionary", AUTO) == AUTO and finished.dictionary:
-        writer_options["dictionary"] = finished.dictionary
+def shared_dictionary(
+    writer_options: dict[str, Any], finished: Writer, shared: bytes | None
+) -> bytes | None:
+    """After a shard is finished: the dictionary the job's next shards are offered
+    (``Writer._offer_dictionary``), ``shared`` until then. If ``writer_options`` leave each
+    file to choose its own (the default), the first one a shard of the job kept: one
+    training per job instead of one per shard, and one dictionary to decompress the shards
+    with (``zstd -d -D``), where it pays (a small last shard may keep none)."""
+    if shared is None and writer_options.get("dictionary", AUTO) == AUTO:
+        return finished.dictionary
+    return shared
 
 
 def shard_full(writer: Writer, max_records: int | None, max_bytes: int | None) -> bool:
@@ -136,6 +140,7 @@ class ShardWriter:
             self.pattern = self._staging.local_pattern
             self.manifest_path = self._staging.manifest_url
         self.writer_options = writer_options
+        self._dictionary: bytes | None = None  # offered to new shards (shared_dictionary)
         self.durable = durable
         self.mode = "w" if overwrite else "x"
         if self.mode == "x" and not resume and os.path.exists(self.manifest_path):
@@ -208,6 +213,7 @@ class ShardWriter:
                 durable=self.durable,
                 **self.writer_options,
             )
+            self._writer._offer_dictionary(self._dictionary)
         self._writer.append(record)
         self._fields.accept(fixed, len(values))
         self._count += 1
@@ -220,7 +226,7 @@ class ShardWriter:
     def _finish_shard(self) -> None:
         assert self._writer is not None
         self._writer.close()
-        reuse_dictionary(self.writer_options, self._writer)
+        self._dictionary = shared_dictionary(self.writer_options, self._writer, self._dictionary)
         info = describe_shard(self._writer.path)
         if self._staging is not None:
             url = self._staging.upload_shard(len(self.shards), info.path)
