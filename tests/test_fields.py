@@ -433,12 +433,11 @@ w._writer._sink.flush()
 os.kill(os.getpid(), 9)
 """
     subprocess.run([sys.executable, "-c", child], check=False)
-    crashed = path.read_bytes()
     with pytest.raises(evs.EncodeError, match=r"records of \[3\] values"):
         with evs.Writer(path, "a") as w:
             w.append({"tokens": np.arange(1), "label": 0})  # two fields: they do not fit
-    assert evs.open(path).fields is None and len(evs.open(path)) == 6  # salvaged, kept
-    path.write_bytes(crashed)
+    with evs.open(path) as ds:  # the refused dict's abort left them the tail they were
+        assert len(ds) == 0 and ds.uncommitted_bytes > 0
     if how == "writer":
         with evs.Writer(path, "a") as w:
             w.extend(named(i) for i in range(6, 8))
@@ -450,6 +449,38 @@ os.kill(os.getpid(), 9)
         assert ds.fields == NAMES and len(ds) == 8
         for i in range(8):
             same(ds[i], named(i))
+
+
+@pytest.mark.parametrize("compression", [None, "zstd"])
+def test_a_refused_first_dict_leaves_the_salvaged_records_to_be_named(tmp_path, compression):
+    """A first dict whose keys come in another order than the crashed writer's is refused;
+    the with block's abort then committed the salvaged records unnamed, and no writer could
+    name them again (attacker finding, session 13, round 14, C02). They now wait for the
+    first commit, and the abort leaves them the tail they were."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "named.evs"
+    child = f"""
+import os, numpy as np, evalue_store as evs
+w = evs.Writer({str(path)!r}, compression={compression!r})
+for i in range(6):
+    w.append({{"tokens": np.arange(300000 + i), "label": i, "name": f"r{{i}}"}})
+w._sink.flush()
+os._exit(0)
+"""
+    subprocess.run([sys.executable, "-c", child], check=True)
+    with pytest.raises(evs.EncodeError, match="in another order"):
+        with evs.Writer(path, "a") as w:
+            w.append({"label": 99, "tokens": np.arange(2), "name": "new"})
+    with evs.open(path) as ds:
+        assert len(ds) == 0 and ds.uncommitted_bytes > 0
+    with evs.Writer(path, "a") as w:
+        w.append({"tokens": np.arange(2), "label": 99, "name": "new"})
+    with evs.open(path, as_dict=True) as ds:
+        assert ds.fields == ("tokens", "label", "name") and len(ds) >= 2
+        assert ds[-1]["label"] == 99 and ds[0]["name"] == "r0"
+        assert ds.verify().ok
 
 
 def _killed_with_a_tail(path, records: list, committed: int, **options) -> None:

@@ -374,7 +374,15 @@ class Writer(WriterFields, Appending):
             self._note_salvaged(state.found)
         if new_metadata:  # names it gives must fit the records, checked before the salvage
             self._field_state()  # commit below, which would store them (attacker's C01, C02)
-        if state.found or self._commit.number == 0:
+        # Records salvaged into a file that had none wait for this writer's first commit
+        # while their names are unknown: the first dict names them then, and an abort (a
+        # refused dict leaving a with block) cuts the file back to ``state.keep``, leaving
+        # them the tail they were, for the next writer to salvage and name. Committed now,
+        # unnamed, no writer could name them (attacker's finding, session 13, C02).
+        naming = bool(state.found) and not self._commit.record_count
+        if naming and self._field_state().names is not None:
+            naming = False  # named by the metadata given: committed with them now
+        if self._commit.number == 0 or (state.found and not naming):
             self._commit_now()  # salvaged records become durable before anything new
 
     def _check_asked(self, asked: dict[str, Any]) -> None:
