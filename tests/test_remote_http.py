@@ -149,8 +149,14 @@ def test_server_errors_during_a_read_are_retried_then_named(served):
     assert ds[1603][1] == 1603
     assert all(r for m, r in served.log if m == "GET")  # never the whole object
     served.failing = -1
-    with pytest.raises(RemoteError, match=rf"/obj\.evs: bytes \d+-\d+ failed after {RETRIES + 1}"):
+    served.log.clear()
+    with pytest.raises(
+        RemoteError, match=rf"/obj\.evs: bytes \d+-\d+ failed after {RETRIES + 1}"
+    ) as e:
         ds[2900]
+    named = str(e.value).split(": bytes ")[1].split(" failed")[0]
+    asked = {r.split("=")[1] for m, r in served.log if m == "GET"}
+    assert named in asked, f"the error names bytes {named}; the requests asked for {asked}"
     served.failing = 0
     assert ds[2900][1] == 2900
 

@@ -194,7 +194,8 @@ class RemoteReader:
                     if len(data) == self.size:  # a 200 with the whole body: no ranges here
                         raise RemoteError(
                             f"{self.name}: the server ignores Range (it sent all {self.size} "
-                            f"bytes for bytes {start}-{end}); ranged reads need one that honours it"
+                            f"bytes for bytes {start}-{end - 1}); ranged reads need one that "
+                            "honours it"
                         )
                     self._changed(start, end, len(data))
                 out[k] = data
@@ -253,7 +254,7 @@ class RemoteReader:
         if not final:
             return
         raise RemoteError(
-            f"{self.name}: bytes {rng[0]}-{rng[1]} failed after {tries} tries: {why(exc)}"
+            f"{self.name}: bytes {rng[0]}-{rng[1] - 1} failed after {tries} tries: {why(exc)}"
         ) from exc
 
     # -------------------------------------------------------------- the cache
