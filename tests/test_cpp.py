@@ -9,6 +9,7 @@ import json
 import random
 import struct
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -91,7 +92,7 @@ def test_compressed_fixture_is_refused_with_a_clear_error(asan, tmp_path, versio
     error says to do) the same file reads like the plain fixture."""
     compressed = FIXTURES / f"zstd-v{version}.evs.zst"
     (doc,) = assert_same(asan, [compressed])
-    assert "zstd -d" in doc["open"]["error"]
+    assert "evalue-store decompress" in doc["open"]["error"] and "zstd -d" in doc["open"]["error"]
     plain = tmp_path / "fixture.evs"
     subprocess.run(["zstd", "-q", "-d", str(compressed), "-o", str(plain)], check=True)
     (doc,) = assert_same(asan, [plain])
@@ -101,13 +102,37 @@ def test_compressed_fixture_is_refused_with_a_clear_error(asan, tmp_path, versio
 
 def test_a_file_written_compressed_today_is_refused_as_compressed(asan, tmp_path):
     """cpp/README: compressed files are refused with kCompressed and a message saying to
-    decompress them; new ones start with the layout frame (FRAMES.md layout 2)."""
+    decompress them; new ones start with the layout frame (FRAMES.md layout 2). Both ways
+    the message gives work on a file with a trained dictionary, whose plain `zstd -d` (all
+    the message said) fails (attacker finding, session 13, round 15, C03)."""
     path = tmp_path / "new.evs.zst"
+    rng = np.random.default_rng(0)
     with evs.Writer(path, compression="zstd") as w:
-        w.append([np.arange(3)])
-    assert path.read_bytes()[:4] == bytes.fromhex("5B2A4D18")
+        for i in range(2000):
+            w.append([rng.integers(0, 50, 128), i, "the quick brown fox " * 3])
+    assert path.read_bytes()[:4] == bytes.fromhex("5B2A4D18") and evs.read_dictionary(path)
     (doc,) = cpp_dump(asan, [path])
-    assert "zstd -d" in doc["open"]["error"] and "bad magic" not in doc["open"]["error"]
+    error = doc["open"]["error"]
+    assert "evalue-store decompress" in error and "-D" in error and "bad magic" not in error
+    cli = [sys.executable, "-m", "evalue_store"]
+    subprocess.run([*cli, "decompress", str(path), "-o", str(tmp_path / "a.evs")], check=True)
+    subprocess.run([*cli, "dictionary", str(path), "-o", str(tmp_path / "d.dict")], check=True)
+    subprocess.run(
+        [
+            "zstd",
+            "-q",
+            "-d",
+            "-D",
+            str(tmp_path / "d.dict"),
+            str(path),
+            "-o",
+            str(tmp_path / "b.evs"),
+        ],
+        check=True,
+    )
+    for plain in ("a.evs", "b.evs"):
+        (doc,) = cpp_dump(asan, [tmp_path / plain])
+        assert doc["records"] == 2000
 
 
 def test_java_golden_values_packed_read_the_same(asan, tmp_path):

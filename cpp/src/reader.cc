@@ -219,7 +219,9 @@ Error Reader::locate(Source& src, uint64_t size, Options options) {
   if (got >= 4 && (std::memcmp(head, kZstdMagic, 4) == 0 || skippable))
     return fail(ErrorCode::kCompressed, 0,
                 "a zstd-compressed container: this reader reads plain files only "
-                "(decompress it with `zstd -d`)");
+                "(decompress it with `evalue-store decompress FILE -o OUT`, or with stock "
+                "`zstd -d`, given `-D` and the dictionary `evalue-store dictionary` "
+                "extracts when the file has one)");
   if (got < 8 || std::memcmp(head, kMagic, 8) != 0)
     return format(0, "bad magic: not an evalue_store container");
   if (got < kHeaderFixed) return format(size, "truncated header");
