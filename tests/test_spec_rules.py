@@ -383,6 +383,29 @@ def test_a_zero_dimension_does_not_lift_the_size_rule(tmp_path):
             w.append_raw(raw, 64)
 
 
+@pytest.mark.parametrize("compression", [None, "zstd"])
+def test_records_of_an_empty_tensor_with_a_huge_dim_scan_and_verify(tmp_path, compression):
+    """FORMAT.md §5 rule 2 allows a tensor of 0 elements whose dims multiply to 2^63 - 1:
+    several such records of one layout, read by runs, made numpy raise a plain ValueError
+    ("array is too big") and the compiled frame reader refuse the layout ("step 0 ... is
+    not valid"), so a scan of a valid compressed file, and verify, failed. Runs that cannot
+    be stacked are now read record by record."""
+    fine = tensor_payload((0, 2**63 - 1))
+    plain = tmp_path / "z.evs"
+    plain.write_bytes(container([fine] * 6))
+    path = plain
+    if compression:
+        path = tmp_path / "z.evs.zst"
+        with evs.open(plain) as ds, evs.Writer(path, compression="zstd") as w:
+            for i in range(len(ds)):
+                w.append_raw(ds.raw(i), 64)
+    with evs.open(path) as ds:
+        assert [r[0].shape for r in ds] == [(0, 2**63 - 1)] * 6
+        report = ds.verify()
+        assert report.ok, report
+        assert [r[0].shape for r in ds.get_many([5, 0, 3])] == [(0, 2**63 - 1)] * 3
+
+
 def test_verify_checks_the_numbering_of_earlier_footers(tmp_path):
     """FORMAT.md §13 rule 1: each earlier footer must have the commit number one less than
     the footer naming it; a checksum-valid footer numbered otherwise is reported."""

@@ -190,12 +190,15 @@ class Records(Scans):
         be rows: ``Layout.decode`` reads those)."""
         if layout is None:
             return
-        if self._fast is not None:
-            spec = layout.native(self._source.mapped, self._source.typed)
-            if spec is not None:
-                self._fast.add(length, *spec)
-        if self._fast_frames is not None:
-            self._fast_frames.add(length, *layout.native(None, None))
+        try:
+            if self._fast is not None:
+                spec = layout.native(self._source.mapped, self._source.typed)
+                if spec is not None:
+                    self._fast.add(length, *spec)
+            if self._fast_frames is not None:
+                self._fast_frames.add(length, *layout.native(None, None))
+        except ValueError:  # a shape they cannot hold (0 elements, a dim near 2**63): the
+            pass  # records are read by ``decode``, which can
 
     def __getitem__(self, index: Index) -> Any:
         """One record for an integer; a list of records for a slice, an integer array or a

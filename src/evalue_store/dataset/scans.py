@@ -238,7 +238,10 @@ class Scans:
         ):
             return None
         crcs = entries["crc"]
-        records, bad = layout.decode_run(buf, offset + shift, stride, count, crcs)
+        try:
+            records, bad = layout.decode_run(buf, offset + shift, stride, count, crcs)
+        except ValueError:  # numpy cannot stack the run (0 elements, a dim near 2**63)
+            return None
         if self._crc_on_read:
             at = offset + shift + FRAME_SIZE
             starts = np.arange(at, at + count * stride, stride, dtype=np.int64)
