@@ -120,11 +120,12 @@ def extents(entries: np.ndarray) -> np.ndarray:
 
 def gaps(
     fixed: Iterable[tuple[int, int]], records: Iterable[np.ndarray], overlaps: list[int]
-) -> Iterator[tuple]:
-    """(start, end) of every range covered by no block: the blocks are ``fixed`` (any order;
-    one named twice counts once) and record extents given chunk by chunk in file order (as
-    a sound index holds them). The start of every block that begins inside an earlier one
-    is added to ``overlaps`` (a valid file has none: docs/FORMAT.md §2).
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """(starts, ends) of the ranges covered by no block, a batch at a time in file order: the
+    blocks are ``fixed`` (any order; one named twice counts once) and record extents given
+    chunk by chunk in file order (as a sound index holds them). The start of every block
+    that begins inside an earlier one is added to ``overlaps`` (a valid file has none:
+    docs/FORMAT.md §2).
 
     Each record chunk is merged with the fixed blocks that start before its last record, so
     memory is one chunk plus the fixed blocks, not the whole index.
@@ -140,9 +141,23 @@ def gaps(
         items = items[np.argsort(items[:, 0], kind="stable")]
         ends = np.maximum.accumulate(np.concatenate([[reach], items[:, 1]]))
         overlaps += items[items[:, 0] < ends[:-1], 0].tolist()
-        for k in np.flatnonzero(items[:, 0] > ends[:-1]).tolist():
-            yield int(ends[k]), int(items[k, 0])
+        k = np.flatnonzero(items[:, 0] > ends[:-1])
+        if len(k):
+            yield ends[k], items[k, 0]
         reach = int(ends[-1])
+
+
+SMALL_GAP = 1 << 12  # gaps up to this size are checked together (padding: under the alignment)
+GATHER_BYTES = 1 << 20  # bytes of small gaps gathered at a time
+
+
+def nonzero_gaps(mapped: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Which of the non-empty ranges [starts, ends) of ``mapped`` (their bytes, GATHER_BYTES
+    at most in all) hold a byte other than zero."""
+    lengths = ends - starts
+    first = np.cumsum(lengths) - lengths  # where each range starts among the gathered bytes
+    at = np.repeat(starts - first, lengths) + np.arange(int(lengths.sum()))
+    return np.logical_or.reduceat(mapped[at] != 0, first)
 
 
 class Layout:
@@ -152,39 +167,70 @@ class Layout:
     are checked as the caller's pass over the records reaches them (``check_before``), so
     that a pass reading a compressed file in order reads the padding from the spans it
     decompresses anyway; ``problems`` checks the rest and says what is wrong. The index is
-    read with ``read``, the gaps with ``read_gaps``; memory is a piece of the index plus the
-    blocks, whatever the file holds."""
+    read with ``read``, the gaps with ``read_gaps``, or, small ones, many at a time from
+    ``mapped`` (the logical bytes as a uint8 array, a plain file's mapping); memory is a
+    piece of the index plus the blocks, whatever the file holds."""
 
-    def __init__(self, read: Read, blocks: list[tuple[int, int]], segments: Any, read_gaps: Read):
+    def __init__(
+        self,
+        read: Read,
+        blocks: list[tuple[int, int]],
+        segments: Any,
+        read_gaps: Read,
+        mapped: np.ndarray | None = None,
+    ):
         records = (extents(e) for seg in segments for _, e in index_chunks(read, seg))
         self.overlaps: list[int] = []
         self._gaps = gaps(blocks, records, self.overlaps)
         self._read = read_gaps
+        self._mapped = mapped
         self.bad: list[int] = []  # the first BAD_LISTED gaps that are not all zero
         self.bad_count = 0
         self.unreadable = False  # the index could not be read: gaps after it not checked
-        self._next: tuple[int, int] | None = None
-        self._advance()
-
-    def _advance(self) -> None:
-        try:
-            self._next = next(self._gaps, None)
-        except FormatError:
-            self._next, self.unreadable = None, True
+        self._starts = self._ends = np.zeros(0, np.int64)  # the batch of gaps at hand
+        self._k = 0  # the first of them not checked yet
 
     def check_before(self, offset: float) -> None:
         """Check every gap that starts before logical offset ``offset``."""
-        while self._next is not None and self._next[0] < offset:
-            start, end = self._next
+        while True:
+            if self._k == len(self._starts):
+                try:
+                    self._starts, self._ends = next(self._gaps)
+                except StopIteration:
+                    return
+                except FormatError:
+                    self.unreadable = True
+                    return
+                self._k = 0
+            stop = int(np.searchsorted(self._starts, offset, side="left"))
+            if stop > self._k:
+                self._check(self._starts[self._k : stop], self._ends[self._k : stop])
+                self._k = stop
+            if stop < len(self._starts):
+                return
+
+    def _check(self, starts: np.ndarray, ends: np.ndarray) -> None:
+        bad = np.zeros(len(starts), bool)
+        small = bad.copy()
+        if self._mapped is not None:  # (a hostile index makes gaps outside the file: read)
+            small = (ends - starts <= SMALL_GAP) & (starts >= 0) & (ends <= len(self._mapped))
+        picked = np.flatnonzero(small)
+        room = np.cumsum(ends[picked] - starts[picked])  # their bytes so far
+        lo = 0
+        while lo < len(picked):  # GATHER_BYTES of small gaps at a time
+            before = int(room[lo - 1]) if lo else 0
+            hi = max(lo + 1, int(np.searchsorted(room, before + GATHER_BYTES, side="right")))
+            batch = picked[lo:hi]
+            bad[batch] = nonzero_gaps(self._mapped, starts[batch], ends[batch])
+            lo = hi
+        for k in np.flatnonzero(~small).tolist():
             try:
-                zero = all_zero(self._read, start, end)
+                bad[k] = not all_zero(self._read, int(starts[k]), int(ends[k]))
             except FormatError:  # unreadable (the frame pass says why): not known zero
-                zero = False
-            if not zero:
-                self.bad_count += 1
-                if len(self.bad) < BAD_LISTED:
-                    self.bad.append(start)
-            self._advance()
+                bad[k] = True
+        found = np.flatnonzero(bad)
+        self.bad_count += len(found)
+        self.bad += starts[found[: BAD_LISTED - len(self.bad)]].tolist()
 
     def problems(self) -> list[str]:
         """What is wrong, once every gap is checked."""
