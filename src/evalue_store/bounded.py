@@ -8,6 +8,7 @@ at most CHUNK bytes at a time, whatever the file claims.
 
 from __future__ import annotations
 
+import bisect
 import errno
 import itertools
 import os
@@ -188,12 +189,13 @@ class Layout:
         self.bad_count = 0
         self.unreadable = False  # the index could not be read: gaps after it not checked
         self._starts = self._ends = np.zeros(0, np.int64)  # the batch of gaps at hand
+        self._listed: list[int] = []  # its starts, as ints (a lookup a record costs little)
         self._k = 0  # the first of them not checked yet
 
     def check_before(self, offset: float) -> None:
         """Check every gap that starts before logical offset ``offset``."""
         while True:
-            if self._k == len(self._starts):
+            if self._k == len(self._listed):
                 try:
                     self._starts, self._ends = next(self._gaps)
                 except StopIteration:
@@ -201,36 +203,49 @@ class Layout:
                 except FormatError:
                     self.unreadable = True
                     return
-                self._k = 0
-            stop = int(np.searchsorted(self._starts, offset, side="left"))
-            if stop > self._k:
-                self._check(self._starts[self._k : stop], self._ends[self._k : stop])
-                self._k = stop
-            if stop < len(self._starts):
+                self._listed, self._k = self._starts.tolist(), 0
+            if self._listed[self._k] >= offset:
                 return
+            stop = bisect.bisect_left(self._listed, offset, self._k)
+            self._check(self._k, stop)
+            self._k = stop
 
-    def _check(self, starts: np.ndarray, ends: np.ndarray) -> None:
-        bad = np.zeros(len(starts), bool)
+    def _check(self, lo: int, hi: int) -> None:
+        """Check gaps [lo, hi) of the batch at hand: one by one (a pass that reads records
+        in order comes here at each record), or many together from the mapping."""
+        if self._mapped is None or hi - lo < 16:
+            ends_listed = self._ends[lo:hi].tolist()
+            for start, end in zip(self._listed[lo:hi], ends_listed):
+                if self._nonzero(start, end):
+                    self._found([start])
+            return
+        starts, ends = self._starts[lo:hi], self._ends[lo:hi]
+        bad = np.zeros(hi - lo, bool)
         small = bad.copy()
         if self._mapped is not None:  # (a hostile index makes gaps outside the file: read)
             small = (ends - starts <= SMALL_GAP) & (starts >= 0) & (ends <= len(self._mapped))
         picked = np.flatnonzero(small)
         room = np.cumsum(ends[picked] - starts[picked])  # their bytes so far
-        lo = 0
-        while lo < len(picked):  # GATHER_BYTES of small gaps at a time
-            before = int(room[lo - 1]) if lo else 0
-            hi = max(lo + 1, int(np.searchsorted(room, before + GATHER_BYTES, side="right")))
-            batch = picked[lo:hi]
+        first = 0
+        while first < len(picked):  # GATHER_BYTES of small gaps at a time
+            before = int(room[first - 1]) if first else 0
+            last = max(first + 1, int(np.searchsorted(room, before + GATHER_BYTES, side="right")))
+            batch = picked[first:last]
             bad[batch] = nonzero_gaps(self._mapped, starts[batch], ends[batch])
-            lo = hi
+            first = last
         for k in np.flatnonzero(~small).tolist():
-            try:
-                bad[k] = not all_zero(self._read, int(starts[k]), int(ends[k]))
-            except FormatError:  # unreadable (the frame pass says why): not known zero
-                bad[k] = True
-        found = np.flatnonzero(bad)
-        self.bad_count += len(found)
-        self.bad += starts[found[: BAD_LISTED - len(self.bad)]].tolist()
+            bad[k] = self._nonzero(int(starts[k]), int(ends[k]))
+        self._found(starts[bad].tolist())
+
+    def _nonzero(self, start: int, end: int) -> bool:
+        try:
+            return not all_zero(self._read, start, end)
+        except FormatError:  # unreadable (the frame pass says why): not known zero
+            return True
+
+    def _found(self, starts: list[int]) -> None:
+        self.bad_count += len(starts)
+        self.bad += starts[: BAD_LISTED - len(self.bad)]
 
     def problems(self) -> list[str]:
         """What is wrong, once every gap is checked."""
