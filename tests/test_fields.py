@@ -483,6 +483,35 @@ os._exit(0)
         assert ds.verify().ok
 
 
+def test_extend_columns_names_salvaged_records_only_in_their_order(tmp_path):
+    """extend_columns fixed the names of records salvaged from a crashed dict writer in
+    its keys' order unchecked, where append refuses another order: every salvaged record's
+    label was its token tensor (attacker finding, session 13, round 16, C05)."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "c.evs"
+    child = f"""
+import os, numpy as np, evalue_store as evs
+w = evs.Writer({str(path)!r})
+for i in range(4):
+    w.append({{"tok": np.full(300000, i, np.int64), "label": i, "name": f"r{{i}}"}})
+w._sink.flush()
+os._exit(0)
+"""
+    subprocess.run([sys.executable, "-c", child], check=True)
+    swapped = {"label": np.array([7, 8]), "tok": np.zeros((2, 3), np.int64), "name": ["a", "b"]}
+    with pytest.raises(evs.EncodeError, match="in another order"):
+        with evs.Writer(path, "a") as w:
+            w.extend_columns(swapped)
+    with evs.Writer(path, "a") as w:
+        w.extend_columns({k: swapped[k] for k in ("tok", "label", "name")})
+    with evs.open(path, as_dict=True) as ds:
+        assert ds.fields == ("tok", "label", "name") and len(ds) == 6
+        assert ds[0]["label"] == 0 and ds[0]["tok"].shape == (300000,)
+        assert ds[5]["label"] == 8 and ds[5]["name"] == "b"
+
+
 def _killed_with_a_tail(path, records: list, committed: int, **options) -> None:
     """A writer of ``records`` that committed the first ``committed`` and was killed with the
     rest written but not committed (an uncommitted tail)."""

@@ -234,6 +234,8 @@ def _write_frames(sink: Any, view: memoryview, count: int, size: int, stride: in
 def append_columns(writer: Any, columns: Mapping[Any, Any]) -> range:
     """``Writer.extend_columns`` (the writer is open and locked): encode, write, index."""
     record, count = columns_of(columns)
+    if count and isinstance(record, dict):  # names checked on the first row's values too,
+        writer._record_values({k: c.row(0) for k, c in record.items()})  # as append does it
     ordered, fixed = writer._record_values(record)
     first = len(writer)
     if count == 0:
