@@ -333,6 +333,30 @@ def rewrite_locator(path: Path, i: int, **fields) -> None:
     path.write_bytes(data)
 
 
+def test_verify_checks_a_span_that_claims_4_gib(tmp_path):
+    """FRAMES.md section 6: Span 0xFFFFFFFF means 4 GiB or more, and section 10 has a
+    verifier check every Span: one set to 0xFFFFFFFF (group CRC made right) for a record
+    whose frames span a few hundred bytes passed verify (attacker finding, session 13,
+    round 16, C04)."""
+    path = tmp_path / "f.evs.zst"
+    with evs.Writer(path, compression="zstd", dictionary=None) as w:
+        for i in range(20):
+            w.append([np.full(100, i), f"s{i}"])
+    data = bytearray(path.read_bytes())
+    (size,) = struct.unpack_from("<I", data, len(data) - 8)
+    run_at, first, count = struct.unpack_from("<QQQ", data, len(data) - size + 132)
+    assert (first, count) == (0, 20)
+    at = run_at + 8 + 3 * 24  # record 3's locator
+    logical, physical, span, position = struct.unpack_from("<QQII", data, at)
+    assert span < 0xFFFFFFFF
+    struct.pack_into("<QQII", data, at, logical, physical, 0xFFFFFFFF, position)
+    group = bytes(data[run_at + 8 : run_at + 8 + 16 * 24])
+    struct.pack_into("<I", data, run_at + 8 + 16 * 24, zstd_layout.checksum(group))
+    path.write_bytes(data)
+    with evs.open(path) as ds:
+        assert ds.verify().problems == ["locator of record 3 disagrees with the index and frames"]
+
+
 def test_overlapping_and_huge_locators_are_refused_and_verify_reports_them(tmp_path):
     path, recs = made(tmp_path)
     good = path.read_bytes()

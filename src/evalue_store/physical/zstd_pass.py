@@ -156,7 +156,11 @@ class FramePasses:
                 (loc["logical"] != entries["offset"])
                 | (phys[k] != loc["physical"])
                 | (logi[k] + loc["position"] != loc["logical"])
-                | ((loc["span"] != SPAN_UNKNOWN) & (ends[k2] - loc["physical"] != loc["span"]))
+                | np.where(
+                    loc["span"] == SPAN_UNKNOWN,  # (4 GiB or more)
+                    ends[k2] - loc["physical"] < SPAN_UNKNOWN,
+                    ends[k2] - loc["physical"] != loc["span"],
+                )
             )
             if bad.any():
                 first = run.first + int(np.flatnonzero(bad)[0])
