@@ -512,6 +512,24 @@ os._exit(0)
         assert ds[5]["label"] == 8 and ds[5]["name"] == "b"
 
 
+def test_as_dict_on_a_file_without_names_is_an_evs_error(tmp_path):
+    """README: every error is an evs.Error; as_dict on an unnamed file raised a bare
+    ValueError (attacker finding, session 13, round 16, C06)."""
+    from evalue_store.torch import EValueDataset
+
+    path = tmp_path / "unnamed.evs"
+    with evs.Writer(path) as w:
+        w.append([np.arange(3), 1])
+    for read in (
+        lambda: evs.open(path, as_dict=True),
+        lambda: evs.open_shards([path], as_dict=True)[0],
+        lambda: EValueDataset(path, as_dict=True)[0],
+    ):
+        with pytest.raises(evs.FormatError, match="as_dict needs field names") as e:
+            read()
+        assert e.value.code == "fields"
+
+
 def _killed_with_a_tail(path, records: list, committed: int, **options) -> None:
     """A writer of ``records`` that committed the first ``committed`` and was killed with the
     rest written but not committed (an uncommitted tail)."""

@@ -15,7 +15,7 @@ from typing import Any
 from .. import _native
 from ..checksums import NAMES
 from ..container import FRAME_SIZE, Commit, Header
-from ..errors import CHANGED, CHECKSUM, ClosedError, FormatError
+from ..errors import CHANGED, CHECKSUM, FIELDS, ClosedError, FormatError
 from ..metadata import parse_metadata
 from ..physical import open_file, reopen_name
 from ..physical.zstd import DEFAULT_CACHE_BYTES, MAX_FRAME_SIZE
@@ -305,7 +305,8 @@ class Dataset(Records):
         if self._names is None:
             names = self.fields
             if names is None:
-                raise ValueError(f"{self.path}: as_dict needs field names; its records have none")
+                reason = "as_dict needs field names; its records have none"
+                raise FormatError(reason, None, self.path, code=FIELDS)
             self._names = names
         return self._names
 

@@ -77,7 +77,8 @@ def verify_dataset(ds: Any, progress: Any = None) -> VerifyReport:
     report.problems += source.verify_frames()
     if ds.uncommitted_bytes:
         report.problems.append(
-            f"{ds.uncommitted_bytes} bytes after the last commit (a writer crashed or is "
+            f"{ds.uncommitted_bytes} byte{'s' * (ds.uncommitted_bytes != 1)} after the last "
+            "commit (a writer crashed or is "
             "still writing); recovery salvages complete records from them"
         )
     return report
