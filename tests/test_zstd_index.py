@@ -357,6 +357,38 @@ def test_verify_checks_a_span_that_claims_4_gib(tmp_path):
         assert ds.verify().problems == ["locator of record 3 disagrees with the index and frames"]
 
 
+def test_verify_checks_run_frames_that_later_commits_merged_away(tmp_path):
+    """A run frame that a later commit merged into a new one stays in the file, below the
+    last commit, and no lookup reads it: verify did not either, so a change anywhere in it
+    passed, even one that made stock zstd -d fail (its magic: no longer a skippable frame;
+    attacker finding, session 13, round 16, C01). Every byte of it is now checked."""
+    path = tmp_path / "f.evs.zst"
+    with evs.Writer(path, compression="zstd", dictionary=None) as w:
+        w.append([np.arange(7), "a"])
+        w.commit()
+        w.extend([[np.arange(3.0), "bb"], [np.arange(2), "c"]])
+    good = path.read_bytes()
+    with evs.open(path) as ds:
+        source = ds._source
+        blocks = list(zstd_layout.chain(source.reader, source.block, source.layout_end))
+        assert len(source.block.runs) == 1  # the two commits' runs merged
+        (dead,) = [
+            r
+            for b in blocks[1:]
+            for r in b.runs
+            if b.group_start <= r.offset < b.offset and r != source.block.runs[0]
+        ]
+    missed = []
+    for at in range(dead.offset, dead.offset + zstd_layout.run_size(dead.count)):
+        damaged = bytearray(good)
+        damaged[at] ^= 0x80
+        path.write_bytes(damaged)
+        with evs.open(path) as ds:
+            if ds.verify().ok:
+                missed.append(at)
+    assert missed == []
+
+
 def test_overlapping_and_huge_locators_are_refused_and_verify_reports_them(tmp_path):
     path, recs = made(tmp_path)
     good = path.read_bytes()

@@ -12,6 +12,7 @@ it names. Every size read here is checked against the file before it is used.
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -355,21 +356,27 @@ def read_run(reader: Any, run: Run) -> np.ndarray:
     return out
 
 
+def chain(reader: Any, last: Block, layout_end: int) -> Iterator[Block]:
+    """The index blocks from ``last`` back to the first, each checked to chain to the next."""
+    block = last
+    while True:
+        yield block
+        if not block.previous:
+            return
+        prev = read_block(reader, block.group_start, layout_end)
+        if prev.offset != block.previous or prev.logical_end != block.logical_start:
+            raise FormatError("index blocks do not chain", block.offset, code=LAYOUT)
+        block = prev
+
+
 def frame_map(reader: Any, last: Block, layout_end: int) -> tuple[np.ndarray, ...]:
     """(file offsets, logical offsets, compressed sizes, logical sizes) of every data frame,
     from the chain of index blocks ending at ``last``: what a sequential pass or a read of
     old bytes needs (a lookup never does)."""
     parts = []
-    block = last
-    while True:
+    for block in chain(reader, last, layout_end):
         csizes, lsizes = read_map(reader, block)
         parts.append((block.group_start, block.logical_start, csizes, lsizes))
-        if not block.previous:
-            break
-        prev = read_block(reader, block.group_start, layout_end)
-        if prev.offset != block.previous or prev.logical_end != block.logical_start:
-            raise FormatError("index blocks do not chain", block.offset, code=LAYOUT)
-        block = prev
     parts.reverse()
     phys, logi = [], []
     for gstart, lstart, csizes, lsizes in parts:

@@ -21,12 +21,14 @@ from .zframe import (
     decompress_into,
     decompress_small,
 )
-from .zstd_layout import SPAN_UNKNOWN, read_run
+from .zstd_layout import SPAN_UNKNOWN, chain, read_run
 
 
 class FramePasses:
     """The passes in order of ``ZstdSource`` (a mixin: the state is the source's)."""
 
+    block: Any  # the last index block
+    layout_end: int
     _last: tuple[int, memoryview] | None  # a span's last frame (file offset, bytes)
     _checked: np.ndarray | None = None  # per frame-map entry: checked by a span (track_checks)
     size: int  # logical bytes
@@ -139,7 +141,7 @@ class FramePasses:
                 self._whole_frame(int(phys[k]), int(logi[k]), int(csizes[k]), int(lsizes[k]))
         except FormatError as exc:
             return [f"frame layer: {exc}"]
-        problems = []
+        problems = self._superseded_runs()
         ends = phys + csizes
         for run in self._runs:
             try:
@@ -165,6 +167,25 @@ class FramePasses:
             if bad.any():
                 first = run.first + int(np.flatnonzero(bad)[0])
                 problems.append(f"locator of record {first} disagrees with the index and frames")
+        return problems
+
+    def _superseded_runs(self) -> list[str]:
+        """Problems of the run frames that later commits merged into others (their bytes
+        stay below the last commit, and no lookup reads them): each earlier block's own run
+        frame, the one in its group, must still be a run frame whose group checksums hold."""
+        problems = []
+        current = {run.offset for run in self._runs}  # checked against the index below
+        try:
+            for block in chain(self.reader, self.block, self.layout_end):
+                for run in block.runs:
+                    mine = block.group_start <= run.offset < block.offset
+                    if mine and run.offset not in current:
+                        try:
+                            read_run(self.reader, run)
+                        except FormatError as exc:
+                            problems.append(f"superseded {exc}")
+        except FormatError as exc:  # (frame_map walked the same chain: not expected)
+            problems.append(f"frame layer: {exc}")
         return problems
 
     def _entries(self, first: int, count: int) -> np.ndarray:
