@@ -237,6 +237,20 @@ def test_a_block_of_empty_lists_writes_as_the_others_do(cluster, tmp_path):
     assert got == [(r["id"], r["li"]) for r in rows]
 
 
+@pytest.mark.parametrize(
+    "limits", [{"max_records": 2.5}, {"max_records": True}, {"max_bytes": 1e4}]
+)
+def test_datasink_limits_follow_the_shard_writer_rule(tmp_path, limits):
+    """EValueDatasink checks max_records and max_bytes as ShardWriter does (one check):
+    a float or a bool is a TypeError naming the argument (session 13, round 15, C05)."""
+    (name,) = limits
+    with pytest.raises(TypeError, match=f"{name} must be an integer"):
+        evr.EValueDatasink(tmp_path / "out", **limits)
+    with pytest.raises(ValueError, match=f"{name} must be positive"):
+        evr.EValueDatasink(tmp_path / "out", **{name: 0})
+    assert evr.EValueDatasink(tmp_path / "out", **{name: np.int32(3)}).max_records in (3, None)
+
+
 def test_shards_roll_at_max_bytes(cluster, tmp_path):
     """As ShardWriter's: a shard ends at the first records that reach the byte limit."""
     sink = evr.EValueDatasink(tmp_path / "out", max_bytes=20_000)

@@ -83,6 +83,22 @@ def test_writer_arguments_and_no_silent_overwrite(tmp_path):
     assert os.path.exists(tmp_path / "manifest.json")
 
 
+@pytest.mark.parametrize(
+    "limits",
+    [{"max_records": 1.5}, {"max_records": True}, {"max_bytes": 1e3}, {"max_bytes": np.True_}],
+)
+def test_limits_that_are_no_whole_number_are_refused(tmp_path, limits):
+    """ShardWriter took max_records=1.5 (shards of 2), True (shards of 1) and max_bytes=1e3
+    as limits (attacker finding, session 13, round 15, C05): a TypeError naming the
+    argument now, as 0 is a ValueError; numpy integers are whole numbers."""
+    (name,) = limits
+    with pytest.raises(TypeError, match=f"{name} must be an integer"):
+        ShardWriter(tmp_path / "t-{:03d}.evs", **limits)
+    assert os.listdir(tmp_path) == []
+    w = write(tmp_path / "t-{:03d}.evs", 5, max_records=np.int64(2), max_bytes=np.uint32(10**6))
+    assert [s.records for s in w.shards] == [2, 2, 1] and type(w.max_records) is int
+
+
 def test_manifest_replacement_is_atomic(tmp_path, monkeypatch):
     write(tmp_path / "m-{}.evs", 5, max_records=2)
     manifest = tmp_path / "m.manifest.json"

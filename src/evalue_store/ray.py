@@ -51,6 +51,7 @@ from .shards import (
     DIRECTORY_MANIFEST,
     ShardedDataset,
     ShardInfo,
+    check_limits,
     describe_shard,
     open_shards,
     shard_full,
@@ -172,9 +173,7 @@ class EValueDatasink(Datasink):
         storage_options: dict | None = None,
         **writer_options: Any,
     ):
-        for name, limit in (("max_records", max_records), ("max_bytes", max_bytes)):
-            if limit is not None and limit < 1:
-                raise ValueError(f"{name} must be positive, not {limit}")
+        check_limits(max_records, max_bytes)
         if not prefix or "/" in prefix or os.sep in prefix:
             raise ValueError(f"prefix must be a file name prefix, not {prefix!r}")
         if metadata is not None and FIELDS_KEY in metadata:
@@ -182,8 +181,8 @@ class EValueDatasink(Datasink):
         self.target = _Target(os.fspath(path), filesystem, storage_options)
         self.prefix = prefix
         self.suffix = ".evs.zst" if writer_options.get("compression") == "zstd" else ".evs"
-        self.max_records = max_records
-        self.max_bytes = max_bytes
+        self.max_records = None if max_records is None else int(max_records)
+        self.max_bytes = None if max_bytes is None else int(max_bytes)
         self.metadata = metadata
         self.overwrite = overwrite
         self.durable = durable

@@ -50,7 +50,12 @@ from .manifest import (  # noqa: F401  (re-exported: the manifest API is this mo
     read_manifest,
     write_manifest,
 )
-from .writer import ShardWriter, shard_full, shared_dictionary  # noqa: F401  (re-exported)
+from .writer import (  # noqa: F401  (re-exported)
+    ShardWriter,
+    check_limits,
+    shard_full,
+    shared_dictionary,
+)
 
 # ---------------------------------------------------------------------------- reading
 

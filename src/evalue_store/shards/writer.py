@@ -3,6 +3,7 @@ byte limit and, when it closes, writes the manifest (``manifest``) that lists it
 
 from __future__ import annotations
 
+import numbers
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -51,6 +52,20 @@ def shared_dictionary(
     if shared is None and writer_options.get("dictionary", AUTO) == AUTO:
         return finished.dictionary
     return shared
+
+
+def check_limits(max_records: Any, max_bytes: Any) -> None:
+    """A shard's ``max_records`` and ``max_bytes`` (``ShardWriter``'s, ``EValueDatasink``'s):
+    None or a whole number of at least 1 (an int or a numpy integer). A float (1.5, 1e3)
+    would be taken as a limit nobody wrote, and a bool is no count: both are a TypeError."""
+    for name, limit in (("max_records", max_records), ("max_bytes", max_bytes)):
+        if limit is None:
+            continue
+        if isinstance(limit, bool) or not isinstance(limit, numbers.Integral):  # np.bool_ isn't
+            kind = type(limit).__name__
+            raise TypeError(f"{name} must be an integer (or None), not {kind}: {limit!r}")
+        if limit < 1:
+            raise ValueError(f"{name} must be positive, not {limit}")
 
 
 def shard_full(writer: Writer, max_records: int | None, max_bytes: int | None) -> bool:
@@ -117,11 +132,9 @@ class ShardWriter:
             self.pattern = os.path.abspath(self.pattern)  # a later chdir changes nothing
         if not one_placeholder:
             raise ValueError(f"pattern {self.pattern!r} needs a placeholder such as {{:05d}}")
-        for name, limit in (("max_records", max_records), ("max_bytes", max_bytes)):
-            if limit is not None and limit < 1:
-                raise ValueError(f"{name} must be positive, not {limit}")
-        self.max_records = max_records
-        self.max_bytes = max_bytes
+        check_limits(max_records, max_bytes)
+        self.max_records = None if max_records is None else int(max_records)
+        self.max_bytes = None if max_bytes is None else int(max_bytes)
         self.metadata = metadata
         self.manifest_path = os.path.abspath(
             os.fspath(manifest) if manifest is not None else _default_manifest(self.pattern)
