@@ -440,3 +440,32 @@ def test_an_open_dataset_or_shards_are_sources_with_their_own_as_dict(tmp_path):
         }
         with pytest.raises(ValueError, match="as_dict=False contradicts"):
             make(evs.open_shards(path, as_dict=True), as_dict=False)
+
+
+@pytest.mark.parametrize(
+    "indices",
+    [
+        [True, False, True, True],  # len(ds) bools: was read as a mask (records 0, 2, 3)
+        [np.True_] * 4,
+        [True, False],  # another length: was an IndexError about a mask
+        [0, True],  # one bool among ints
+        [torch.tensor(True), 1],
+        np.ones(4, bool),
+        torch.ones(4, dtype=torch.bool),
+    ],
+)
+def test_getitems_refuses_bools_as_ds_true_does(tmp_path, indices):
+    """A sampler yielding bools: DataLoader's grouped read took a batch of exactly len(ds)
+    bools as a boolean mask and returned other records than named, where ds[True] is a
+    TypeError (attacker finding, session 13, round 15, C04). __getitems__ takes a batch of
+    indices, never a mask, with or without a transform."""
+    with evs.Writer(tmp_path / "b.evs", durable=False) as w:
+        w.extend([np.full(2, i), i] for i in range(4))
+    for transform in (None, lambda sample: sample):
+        ds = EValueDataset(tmp_path / "b.evs", transform)
+        with pytest.raises(TypeError, match="a bool is not a record index"):
+            ds.__getitems__(indices)
+        loader = DataLoader(ds, sampler=list(indices), batch_size=len(indices), collate_fn=collate)
+        with pytest.raises(TypeError, match="a bool is not a record index"):
+            next(iter(loader))
+    assert ds.__getitems__([np.int64(3), 0])[0][1] == 3  # integers of any kind still are

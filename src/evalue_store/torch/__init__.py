@@ -125,7 +125,12 @@ class EValueDataset(Dataset):
         every fixed-shape tensor field already stacked (``get_batch``; in a DataLoader
         worker, into shared memory), which ``collate`` hands on as it is; any other
         collate_fn sees an ordinary sequence of samples. Records with different numbers
-        of values make no columns: they come as a list of samples, as ``ds[i]`` gives them."""
+        of values make no columns: they come as a list of samples, as ``ds[i]`` gives them.
+
+        ``indices`` are what a sampler yielded, one per sample: never a boolean mask. A
+        bool among them (``bool``, ``np.bool_``, a 0-d bool tensor; a bool array or tensor)
+        is a TypeError, as ``ds[True]`` is, whatever their number."""
+        _refuse_bools(indices)
         if self.transform is not None:
             return [self._sample(r) for r in self.data.get_many(indices)]
         made = Columns()
@@ -136,6 +141,18 @@ class EValueDataset(Dataset):
         items = columns.items() if isinstance(columns, dict) else enumerate(columns)
         torch_columns = {key: made.to_torch(column) for key, column in items}
         return BatchSamples(torch_columns, len(indices), self.data.open_options["as_dict"])
+
+
+def _refuse_bools(indices: Any) -> None:
+    """TypeError if a batch's indices hold a bool: ``len(ds)`` of them would otherwise be
+    read as a mask (other records than the sampler named), and any other number of them
+    as a mask of the wrong length."""
+    seq = isinstance(indices, (list, tuple))  # (a bool array or tensor has a bool dtype)
+    if indexing._is_bool(indices) or (seq and any(indexing._is_bool(i) for i in indices)):
+        raise TypeError(
+            "a bool is not a record index: a batch's indices (what the sampler yielded) "
+            "are integers, one per sample, never a mask"
+        )
 
 
 def _rank_and_world(rank: int | None, world_size: int | None) -> tuple[int, int]:
