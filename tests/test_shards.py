@@ -385,3 +385,43 @@ def test_directory_without_manifest_opens_compressed_and_mixed_shards(tmp_path):
     assert ids(ds) == list(range(5)) and len(ds.shards) == 2
     with pytest.raises(FileNotFoundError, match=r"\*\.evs\.zst"):
         open_shards(tmp_path / "zst" / "..")  # a directory holding only directories
+
+
+@pytest.mark.parametrize("compression", [None, "zstd"])
+def test_a_file_opened_by_path_is_read_at_its_commit_while_a_writer_appends(tmp_path, compression):
+    """open_shards (and EValueDataset) of a file that a live Writer kept committing to
+    failed every read: "shard has 80 records, the index says 50" (attacker finding,
+    session 13, round 15, C01). A file opened by path (no manifest) that holds more
+    records is the same file at a later commit: its first 50 records are read, in this
+    process and in a pickled copy. Fewer records, or another file, stays an error, which
+    speaks of no index."""
+    name = "live.evs.zst" if compression else "live.evs"
+    path = tmp_path / "d" / name
+    path.parent.mkdir()
+    w = evs.Writer(path, compression=compression, durable=False)
+    w.extend(record(i) for i in range(50))
+    w.commit()
+    opened = [open_shards(path), open_shards(path.parent), open_shards(path)]
+    copies = [pickle.loads(pickle.dumps(ds)) for ds in opened]
+    w.extend(record(i) for i in range(50, 80))
+    w.commit()
+    w.append(record(80))  # and an uncommitted tail
+    for ds in opened + copies:
+        assert len(ds) == 50 and ds[49][1] == 49 and ds[-1][1] == 49
+        assert [r[1] for r in ds.get_many([3, 49, 0])] == [3, 49, 0]
+        assert ds.get_batch(np.arange(40, 50))[1].tolist() == list(range(40, 50))
+        assert ids(ds) == list(range(50))  # iteration stops at the commit read
+    w.close()
+
+    fewer = open_shards(path)  # 81 records
+    with evs.Writer(path, mode="w", compression=compression, durable=False) as again:
+        again.extend(record(i) for i in range(30))
+    with pytest.raises(evs.FormatError, match="holds 30 records, fewer than the 81") as got:
+        fewer[0]
+    assert got.value.code == "changed" and "index" not in str(got.value)
+    another = open_shards(path)  # 30 records, then another file of 90
+    with evs.Writer(path, mode="w", compression=compression, durable=False) as again:
+        again.extend(record(i) for i in range(90))
+    with pytest.raises(evs.FormatError, match="its commit of 30 records is not there") as got:
+        pickle.loads(pickle.dumps(another))[0]
+    assert got.value.code == "changed" and "index" not in str(got.value)

@@ -230,6 +230,28 @@ def test_dataloader_reads_each_record_once_per_epoch(shards, workers, context, p
     assert orders[0] != orders[1]  # the sampler reshuffles
 
 
+@pytest.mark.parametrize("workers, context", [(0, None), (2, "fork"), (2, "spawn")])
+def test_dataloader_reads_the_commit_a_file_had_while_a_writer_appends(tmp_path, workers, context):
+    """EValueDataset(path) of a file a live Writer commits to after it was opened: every
+    read failed ("shard has 80 records, the index says 50"), in the main process and in
+    fork and spawn workers (attacker finding, session 13, round 15, C01). The loader
+    reads the 50 records the dataset was opened with."""
+    with evs.Writer(tmp_path / "live.evs", durable=False) as w:
+        w.extend(record(i) for i in range(50))
+        w.commit()
+        ds = EValueDataset(tmp_path / "live.evs")
+        w.extend(record(i) for i in range(50, 80))
+        w.commit()
+        loader = DataLoader(
+            ds,
+            batch_size=10,
+            num_workers=workers,
+            multiprocessing_context=context,
+            collate_fn=collate,
+        )
+        assert sorted(ids_of(loader)) == list(range(50))
+
+
 @pytest.mark.parametrize("world", [1, 2, 3])
 def test_distributed_sampler_covers_every_record(shards, world):
     ds = EValueDataset(shards)

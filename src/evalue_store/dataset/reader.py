@@ -14,7 +14,7 @@ from typing import Any
 
 from .. import _native
 from ..checksums import NAMES
-from ..container import FRAME_SIZE, Commit, Header
+from ..container import FRAME_SIZE, Commit, Header, parse_footer_at
 from ..errors import CHANGED, CHECKSUM, FIELDS, ClosedError, FormatError
 from ..metadata import parse_metadata
 from ..physical import open_file, reopen_name
@@ -196,6 +196,14 @@ class Dataset(Records):
         old = (self._identity, self.header.file_id, self.commit.number, self.commit.end)
         self._load()  # a file replaced by another (rename) may have the same size
         return (self._identity, self.header.file_id, self.commit.number, self.commit.end) != old
+
+    def commit_at(self, end: int) -> Commit | None:
+        """The commit of this file whose footer ends at ``end`` (an earlier one: files are
+        append-only), or None if no valid footer of this file ends there."""
+        self._ensure_open()
+        if not self.header.data_start < end <= self.commit.end:
+            return None
+        return parse_footer_at(self._source.read, end, self.header)
 
     def close(self) -> None:
         """Release the file. Tensor views handed out earlier stay valid."""

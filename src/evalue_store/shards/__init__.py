@@ -11,7 +11,9 @@ Several processes can write in parallel with distinct patterns (each gets its ow
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import glob
+import itertools
 import os
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
@@ -24,7 +26,7 @@ from ..dataset import batch, indexing
 from ..dataset.batch import Batch, Out
 from ..dataset.indexing import Index
 from ..dataset.reader import Dataset, open_dataset
-from ..errors import LIMIT, MANIFEST, FormatError
+from ..errors import CHANGED, LIMIT, MANIFEST, FormatError
 from ..physical import remote
 from ..physical.zstd import DEFAULT_CACHE_BYTES, MAX_FRAME_SIZE
 from . import object_store
@@ -41,6 +43,7 @@ from .manifest import (  # noqa: F401  (re-exported: the manifest API is this mo
     _check_unique,
     _expand,
     check_shard_files,
+    commit_checksum,
     describe_shard,
     directory_members,
     footer_checksum,
@@ -88,7 +91,7 @@ def resolve_shards(
                 check_shard_files(listed, os.path.abspath(member))
                 shards.extend(listed)
             else:
-                shards.append(describe_shard(member))
+                shards.append(dataclasses.replace(describe_shard(member), by_path=True))
     _check_unique(shards)
     if sum(s.records for s in shards) > MAX_COUNT:
         raise FormatError(
@@ -106,7 +109,8 @@ def _resolve_remote(source: Source, filesystem: Any, options: dict | None) -> li
             shards.extend(listed)
         else:
             with open_dataset(inner, verify=False, filesystem=fs) as ds:
-                shards.append(ShardInfo(url, len(ds), ds.commit.end, footer_checksum(ds)))
+                info = ShardInfo(url, len(ds), ds.commit.end, footer_checksum(ds), by_path=True)
+                shards.append(info)
     _check_unique(shards)
     return shards
 
@@ -118,8 +122,11 @@ class ShardedDataset:
     is a binary search over cumulative counts. Shards open lazily on first use (at most
     ``max_open`` stay open, least recently used first out), and each is checked on opening:
     its record count and footer checksum must match what the index was built from, else
-    FormatError (the shard was replaced or appended to). Pickling sends only this table, so
-    DataLoader workers start cheaply and open their own shards.
+    FormatError (the shard was replaced or appended to). A shard described by opening it
+    (``ShardInfo.by_path``: no manifest) may have grown since: its commit described must
+    then be one of its commits (the same file), and the dataset reads that commit's records.
+    Pickling sends only this table, so DataLoader workers start cheaply and open their own
+    shards.
     """
 
     def __init__(
@@ -190,6 +197,9 @@ class ShardedDataset:
 
     @staticmethod
     def _check(ds: Dataset, info: ShardInfo) -> None:
+        if info.by_path:
+            ShardedDataset._check_grown(ds, info)
+            return
         if len(ds) != info.records:
             raise FormatError(
                 f"shard has {len(ds)} records, the index says {info.records}",
@@ -204,6 +214,27 @@ class ShardedDataset:
                 ds.path,
                 code=MANIFEST,
             )
+
+    @staticmethod
+    def _check_grown(ds: Dataset, info: ShardInfo) -> None:
+        """A shard opened by path must still hold the commit it was described at: as its
+        last commit, or followed by later ones (a live writer's). Its first ``info.records``
+        records are then the ones described (committed records never change), and only
+        those are read. Fewer records, or no such commit (another file: its id differs,
+        and the footer names it), is a FormatError (``changed``)."""
+        n = len(ds)
+        if n == info.records and footer_checksum(ds) == info.footer_sha256:
+            return
+        if n < info.records:
+            reason = f"holds {n} records, fewer than the {info.records} it had when opened"
+            raise FormatError(reason, None, ds.path, code=CHANGED)
+        snapshot = ds.commit_at(info.nbytes) if info.nbytes < ds.commit.end else None
+        if snapshot is None or commit_checksum(snapshot, ds.header) != info.footer_sha256:
+            reason = (
+                f"replaced since it was opened: its commit of {info.records} records "
+                "is not there (another file?)"
+            )
+            raise FormatError(reason, None, ds.path, code=CHANGED)
 
     def validate(self) -> None:
         """Open and check every shard now (FormatError on the first mismatch)."""
@@ -276,8 +307,8 @@ class ShardedDataset:
         return out
 
     def __iter__(self) -> Iterator[list]:
-        for k in range(len(self.shards)):
-            yield from self.shard(k)
+        for k in range(len(self.shards)):  # (a shard opened by path may hold more)
+            yield from itertools.islice(self.shard(k), int(self.counts[k]))
 
     # ------------------------------------------------------------------ lifetime
 
@@ -307,6 +338,7 @@ class ShardedDataset:
                     s.records,
                     s.nbytes,
                     bytes.fromhex(s.footer_sha256),
+                    s.by_path,
                 )
                 for s in self.shards
             ],
@@ -317,8 +349,8 @@ class ShardedDataset:
     def __setstate__(self, state: dict) -> None:
         base = state["base"]
         shards = [
-            ShardInfo(os.path.join(base, name), records, nbytes, digest.hex())
-            for name, records, nbytes, digest in state["shards"]
+            ShardInfo(os.path.join(base, name), records, nbytes, digest.hex(), *by_path)
+            for name, records, nbytes, digest, *by_path in state["shards"]
         ]
         self.__init__(shards, max_open=state["max_open"], **state["open_options"])
 

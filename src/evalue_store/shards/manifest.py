@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Union
 
 from ..bounded import open_regular
-from ..container import encode_footer
+from ..container import Commit, Header, encode_footer
 from ..dataset.reader import Dataset, open_dataset
 from ..errors import MANIFEST, FormatError
 from ..files import atomic_file
@@ -64,12 +64,18 @@ def directory_members(names: Sequence[str]) -> list[str]:
 
 @dataclass(frozen=True)
 class ShardInfo:
-    """One shard as a manifest lists it; ``path`` is absolute once loaded."""
+    """One shard as a manifest lists it; ``path`` is absolute once loaded.
+
+    ``by_path``: described by opening the file (``open_shards`` of a file, glob or folder
+    without a manifest), not listed by a manifest. Such a file found later with more
+    records holds the commit described followed by later ones (a writer still appending)
+    and is read at that commit; a manifest's shard must be as listed."""
 
     path: str
     records: int
     nbytes: int
     footer_sha256: str
+    by_path: bool = False
 
 
 def footer_checksum(dataset: Dataset) -> str:
@@ -79,7 +85,11 @@ def footer_checksum(dataset: Dataset) -> str:
     parse checked its checksum, by the shard's own function), which also covers compressed
     files, whose footer bytes are logical rather than at a file offset.
     """
-    commit, header = dataset.commit, dataset.header
+    return commit_checksum(dataset.commit, dataset.header)
+
+
+def commit_checksum(commit: Commit, header: Header) -> str:
+    """``footer_checksum`` of any commit of a file (its footer names the file's id too)."""
     footer = encode_footer(commit.footer_offset, header.file_id, commit, header.checksum)
     return hashlib.sha256(footer).hexdigest()
 
