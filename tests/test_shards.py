@@ -8,6 +8,7 @@ import multiprocessing
 import os
 import pickle
 import signal
+import threading
 
 import numpy as np
 import pytest
@@ -425,3 +426,68 @@ def test_a_file_opened_by_path_is_read_at_its_commit_while_a_writer_appends(tmp_
     with pytest.raises(evs.FormatError, match="its commit of 30 records is not there") as got:
         pickle.loads(pickle.dumps(another))[0]
     assert got.value.code == "changed" and "index" not in str(got.value)
+
+
+def test_threads_sharing_a_dataset_never_find_a_shard_closed_under_them(tmp_path):
+    """Threads sharing one open_shards dataset with max_open=4 over 300 shards got
+    ClosedError('<shard>: dataset is closed') from ds[i], get_many and get_batch: the
+    shard one thread was reading was closed to make room for another's (attacker finding,
+    session 13, round 15, C02). A shard with a read under way is now never closed to keep
+    within max_open; the table shrinks back once those reads end."""
+    write(tmp_path / "t-{:03d}.evs", 240, max_records=2)
+    ds = open_shards(tmp_path / "t.manifest.json", max_open=2)
+    errors: list[str] = []
+
+    def reader(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        try:
+            for step in range(1500):
+                idx = rng.integers(0, len(ds), 6)
+                if step % 3 == 0:
+                    assert ds[int(idx[0])][1] == idx[0]
+                elif step % 3 == 1:
+                    assert [r[1] for r in ds.get_many(idx)] == idx.tolist()
+                else:
+                    assert ds.get_batch(idx)[1].tolist() == idx.tolist()
+            assert ids(ds) == list(range(240))
+        except Exception as exc:  # noqa: BLE001  (reported below, from the main thread)
+            errors.append(f"{type(exc).__name__}: {exc}")
+
+    threads = [threading.Thread(target=reader, args=(seed,)) for seed in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert len(ds._open) <= 2 and ds._pins == {}
+
+    with ds.using(7) as held:  # held: other reads open and close shards around it
+        assert [ds[i][1] for i in range(0, 20, 2)] == list(range(0, 20, 2))
+        assert held[1][1] == 15 and 7 in ds._open
+        with ds.using(8), ds.using(9):
+            assert len(ds._open) == 3  # over max_open while reads hold them
+    assert len(ds._open) == 2 and ds._pins == {}
+    ds.close()
+    assert ds._open == {} and ds[15][1] == 15  # a later read opens its shard again
+
+
+def _read_first(ds: ShardedDataset, results) -> None:
+    results.put(ds[0][1])
+
+
+def test_a_forked_child_reads_while_a_parent_thread_held_the_shard_table(tmp_path):
+    """The shard table's lock (C02's fix) may be held by another thread of the parent
+    when a DataLoader forks its workers: the child gets a lock of its own, not a copy held
+    by a thread it does not have (its first read would wait forever)."""
+    write(tmp_path / "f-{:02d}.evs", 4, max_records=2)
+    ds = open_shards(tmp_path / "f.manifest.json")
+    context = multiprocessing.get_context("fork")
+    results = context.Queue()
+    with ds._lock:  # as a parent's thread opening a shard holds it
+        child = context.Process(target=_read_first, args=(ds, results))
+        child.start()
+    child.join(60)  # (a hang, not a time limit: it reads one record)
+    if child.is_alive():
+        os.kill(child.pid, signal.SIGKILL)
+        child.join()
+    assert child.exitcode == 0 and results.get(timeout=10) == 0

@@ -429,10 +429,11 @@ def sharded_batch(sds: Any, indices: Any, out: Out = None, new: Any = None) -> B
     alloc = Allocator(len(positions), field_keys(names, out), names, new)
     shard_of = np.searchsorted(sds.offsets, positions, side="right") - 1
     shards = sorted(set(shard_of.tolist()))
-    if len(shards) <= 1:
-        ds = sds.shard(shards[0]) if shards else None
-        local = positions - (sds.offsets[shards[0]] if shards else 0)
-        columns = read_columns(ds, local, alloc) if shards else []
+    if not shards:
+        return name_columns([], names, alloc)
+    if len(shards) == 1:  # (each shard is held open while read: sds.using)
+        with sds.using(shards[0]) as ds:
+            columns = read_columns(ds, positions - sds.offsets[shards[0]], alloc)
         return name_columns(columns, names, alloc)
     if len(positions) < GROUP_RECORDS * len(shards):  # a few records per shard: each costs
         # less read by itself than its share of a shard's batch setup and of the merge
@@ -442,7 +443,8 @@ def sharded_batch(sds: Any, indices: Any, out: Out = None, new: Any = None) -> B
     for k in shards:
         rows = np.flatnonzero(shard_of == k)
         part = Allocator(len(rows), {}, names)
-        parts.append(read_columns(sds.shard(k), positions[rows] - sds.offsets[k], part))
+        with sds.using(k) as ds:
+            parts.append(read_columns(ds, positions[rows] - sds.offsets[k], part))
         groups.append(rows)
         allocs.append(part)
     columns = _merge(groups, parts, allocs, len(positions), alloc)
@@ -463,13 +465,13 @@ def _one_by_one(sds: Any, positions: np.ndarray, shard_of: np.ndarray) -> list:
         rows_of.setdefault(k, []).append(row)
     records: list = [None] * len(positions)
     for k, rows in rows_of.items():
-        ds = sds.shard(k)
-        if ds._mapped is None:
-            got = ds._get_positions([local[row] for row in rows])
-        elif ds.as_dict:
-            got = [list(ds[local[row]].values()) for row in rows]
-        else:
-            got = [ds[local[row]] for row in rows]
+        with sds.using(k) as ds:
+            if ds._mapped is None:
+                got = ds._get_positions([local[row] for row in rows])
+            elif ds.as_dict:
+                got = [list(ds[local[row]].values()) for row in rows]
+            else:
+                got = [ds[local[row]] for row in rows]
         for row, record in zip(rows, got):
             records[row] = record
     return records

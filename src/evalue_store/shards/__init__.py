@@ -15,9 +15,12 @@ import dataclasses
 import glob
 import itertools
 import os
+import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -115,6 +118,20 @@ def _resolve_remote(source: Source, filesystem: Any, options: dict | None) -> li
     return shards
 
 
+_LIVE: weakref.WeakSet = weakref.WeakSet()  # every ShardedDataset, for _after_fork
+
+
+def _after_fork() -> None:
+    """In a forked child (a DataLoader worker) each dataset gets a new table lock (the
+    copy may be held by a parent's thread the child lacks) and drops that thread's pins."""
+    for sds in list(_LIVE):
+        sds._lock = threading.Lock()
+        sds._pins = {}
+
+
+os.register_at_fork(after_in_child=_after_fork)
+
+
 class ShardedDataset:
     """Many shard files as one map-style dataset with a global record index.
 
@@ -168,8 +185,14 @@ class ShardedDataset:
         self.counts.setflags(write=False)
         self.offsets.setflags(write=False)
         self._ends = self.offsets[1:].tolist()  # bisect on a list is fastest for one index
+        self._starts = self.offsets[:-1].tolist()
         self._len = int(self.offsets[-1])
         self._open: OrderedDict[int, Dataset] = OrderedDict()
+        # Threads share the table (changed under the lock); shards with reads under way
+        # (pins: shard -> their number) are never closed to make room.
+        self._lock = threading.Lock()
+        self._pins: dict[int, int] = {}
+        _LIVE.add(self)
 
     # ------------------------------------------------------------------ shards
 
@@ -178,22 +201,67 @@ class ShardedDataset:
         return [s.path for s in self.shards]
 
     def shard(self, k: int) -> Dataset:
-        """The opened, checked Dataset of shard ``k``."""
-        ds = self._open.get(k)
-        if ds is not None:
-            self._open.move_to_end(k)
+        """The opened, checked Dataset of shard ``k``. Opening others may close it later
+        (``max_open``): a thread reading it while others read other shards uses ``using``."""
+        with self.using(k) as ds:
             return ds
+
+    @contextmanager
+    def using(self, k: int) -> Iterator[Dataset]:
+        """Shard ``k`` (as ``shard``), which no read of another thread closes to keep within
+        ``max_open`` until the block ends (``close()`` still closes it)."""
+        ds = self._acquire(k)
+        try:
+            yield ds
+        finally:
+            self._release(k)
+
+    def _acquire(self, k: int) -> Dataset:
+        """Shard ``k``, open and pinned (one more read under way in it): ``_release`` after."""
+        with self._lock:
+            ds = self._open.get(k)
+            if ds is not None:
+                self._open.move_to_end(k)
+                self._pins[k] = self._pins.get(k, 0) + 1
+                return ds
         info = self.shards[k]
-        ds = open_dataset(info.path, **self.open_options)
+        ds = open_dataset(info.path, **self.open_options)  # (not under the lock: slow)
         try:
             self._check(ds, info)
         except BaseException:
             ds.close()
             raise
-        self._open[k] = ds
-        if len(self._open) > self.max_open:
-            self._open.popitem(last=False)[1].close()  # views handed out stay valid
+        with self._lock:
+            other = self._open.get(k)  # another thread opened it meanwhile: theirs is kept
+            if other is None:
+                self._open[k] = ds
+            else:
+                self._open.move_to_end(k)
+                ds, other = other, ds
+            self._pins[k] = self._pins.get(k, 0) + 1
+            closing = self._evict()
+        for spare in (other, *closing):
+            if spare is not None:
+                spare.close()  # views handed out stay valid
         return ds
+
+    def _release(self, k: int) -> None:
+        with self._lock:
+            left = self._pins.pop(k) - 1
+            if left:
+                self._pins[k] = left
+            closing = self._evict() if len(self._open) > self.max_open else ()
+        for ds in closing:
+            ds.close()
+
+    def _evict(self) -> list[Dataset]:
+        """Under the lock: the least recently used shards no read holds, taken out of the
+        table until at most ``max_open`` are open (fewer taken if too many are held)."""
+        excess = len(self._open) - self.max_open
+        if excess <= 0:
+            return []
+        idle = (k for k in self._open if k not in self._pins)  # least recently used first
+        return [self._open.pop(k) for k in list(itertools.islice(idle, excess))]
 
     @staticmethod
     def _check(ds: Dataset, info: ShardInfo) -> None:
@@ -244,12 +312,18 @@ class ShardedDataset:
     @property
     def metadata(self) -> dict:
         """The first shard's metadata (ShardWriter gives every shard the same)."""
-        return self.shard(0).metadata if self.shards else {}
+        if not self.shards:
+            return {}
+        with self.using(0) as ds:
+            return ds.metadata
 
     @property
     def fields(self) -> tuple[str, ...] | None:
         """The first shard's field names (ShardWriter gives every shard the same)."""
-        return self.shard(0).fields if self.shards else None
+        if not self.shards:
+            return None
+        with self.using(0) as ds:
+            return ds.fields
 
     # ------------------------------------------------------------------ records
 
@@ -267,8 +341,18 @@ class ShardedDataset:
         boolean mask (numpy's rules, as for ``Dataset``)."""
         where = indexing.normalize(index, self._len)
         if isinstance(where, int):
-            k, j = self.locate(where)
-            return self.shard(k)[j]
+            k = bisect.bisect_right(self._ends, where)
+            with self._lock:  # _acquire's common case, inline: ds[i] is the hot path
+                ds = self._open.get(k)
+                if ds is not None:
+                    self._open.move_to_end(k)
+                    self._pins[k] = self._pins.get(k, 0) + 1
+            if ds is None:
+                ds = self._acquire(k)
+            try:
+                return ds[where - self._starts[k]]
+            finally:
+                self._release(k)
         return self._get_positions(
             np.arange(where.start, where.stop, where.step) if isinstance(where, range) else where
         )
@@ -291,14 +375,23 @@ class ShardedDataset:
         keys = [int(shard_of[p[0]]) for p in parts]
 
         def read(k: int, positions: np.ndarray, ds: Dataset | None = None) -> list[list]:
-            return (ds or self.shard(k)).get_many(idx[positions] - self.offsets[k])
+            if ds is not None:
+                return ds.get_many(idx[positions] - self.offsets[k])
+            with self.using(k) as ds:
+                return ds.get_many(idx[positions] - self.offsets[k])
 
         if 1 < len(parts) <= self.max_open and remote.is_url(self.shards[0].path):
-            # Shards in object storage: their rounds of requests at the same time. Opening
-            # is not thread-safe (the open-shard table), reading distinct shards is.
-            opened = [self.shard(k) for k in keys]
-            with ThreadPoolExecutor(min(len(parts), 16)) as pool:
-                batches = list(pool.map(read, keys, parts, opened))
+            # Shards in object storage: their rounds of requests at the same time, each
+            # shard open (held) until all are read.
+            opened: list[Dataset] = []
+            try:
+                for k in keys:
+                    opened.append(self._acquire(k))
+                with ThreadPoolExecutor(min(len(parts), 16)) as pool:
+                    batches = list(pool.map(read, keys, parts, opened))
+            finally:
+                for k in keys[: len(opened)]:
+                    self._release(k)
         else:
             batches = (read(k, positions) for k, positions in zip(keys, parts))
         for positions, records in zip(parts, batches):
@@ -308,14 +401,18 @@ class ShardedDataset:
 
     def __iter__(self) -> Iterator[list]:
         for k in range(len(self.shards)):  # (a shard opened by path may hold more)
-            yield from itertools.islice(self.shard(k), int(self.counts[k]))
+            with self.using(k) as ds:
+                yield from itertools.islice(ds, int(self.counts[k]))
 
     # ------------------------------------------------------------------ lifetime
 
     def close(self) -> None:
-        """Close open shards; tensor views handed out stay valid."""
-        while self._open:
-            self._open.popitem()[1].close()
+        """Close open shards (reads under way in them too: they raise ClosedError); tensor
+        views handed out stay valid. A later read opens its shard again."""
+        with self._lock:
+            opened, self._open = list(self._open.values()), OrderedDict()
+        for ds in opened:
+            ds.close()
 
     def __enter__(self) -> ShardedDataset:
         return self
