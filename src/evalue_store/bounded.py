@@ -84,23 +84,6 @@ def index_chunks(read: Read, seg: Segment) -> Iterator[tuple[int, np.ndarray]]:
         yield lo, np.frombuffer(raw, ENTRY_DTYPE, count)
 
 
-def index_pieces(read: Read, segments: Iterable[Segment]) -> Iterator[tuple]:
-    """(number of the first record, count, entries) over every segment, CHUNK bytes at a
-    time; entries is the FormatError instead where they cannot be read."""
-    first = 0
-    step = CHUNK // ENTRY_SIZE
-    for seg in segments:
-        for lo in range(0, seg.count, step):
-            count = min(step, seg.count - lo)
-            try:
-                raw = read(seg.offset + lo * ENTRY_SIZE, count * ENTRY_SIZE)
-                piece: Any = np.frombuffer(raw, ENTRY_DTYPE, count)
-            except FormatError as exc:
-                piece = exc
-            yield first + lo, count, piece
-        first += seg.count
-
-
 def shadowed(entries: np.ndarray, reach: int, start: int, end: int) -> tuple[np.ndarray, int]:
     """Which records start before an earlier record's frame ends, and the new ``reach`` (the
     furthest frame end so far). A valid file has none (docs/FORMAT.md section 6); a scan
@@ -122,9 +105,10 @@ def extents(entries: np.ndarray) -> np.ndarray:
 def gaps(
     fixed: Iterable[tuple[int, int]], records: Iterable[np.ndarray], overlaps: list[int]
 ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """(starts, ends) of the ranges covered by no block, a batch at a time in file order: the
-    blocks are ``fixed`` (any order; one named twice counts once) and record extents given
-    chunk by chunk in file order (as a sound index holds them). The start of every block
+    """(starts, ends) of the ranges covered by no block, a batch per record chunk (and one
+    after the last) in file order: the blocks are ``fixed`` (any order; one named twice
+    counts once) and record extents given chunk by chunk in file order (as a sound index
+    holds them). The start of every block
     that begins inside an earlier one is added to ``overlaps`` (a valid file has none:
     docs/FORMAT.md §2).
 
@@ -138,13 +122,13 @@ def gaps(
         items = table[taken:upto] if chunk is None else np.concatenate([table[taken:upto], chunk])
         taken = upto
         if not len(items):
+            yield items[:, 0], items[:, 1]  # (none: a batch per chunk all the same)
             continue
         items = items[np.argsort(items[:, 0], kind="stable")]
         ends = np.maximum.accumulate(np.concatenate([[reach], items[:, 1]]))
         overlaps += items[items[:, 0] < ends[:-1], 0].tolist()
         k = np.flatnonzero(items[:, 0] > ends[:-1])
-        if len(k):
-            yield ends[k], items[k, 0]
+        yield ends[k], items[k, 0]
         reach = int(ends[-1])
 
 
@@ -162,48 +146,54 @@ def nonzero_gaps(mapped: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np
 
 
 class Layout:
-    """Verify's check of the layout of ``blocks`` and of the record frames the index
-    ``segments`` names: blocks that overlap, and gaps between them that are not all zero.
-    The gaps come in file order (records in file order, as a sound index holds them) and
-    are checked as the caller's pass over the records reaches them (``check_before``), so
+    """Verify's check of the layout of ``blocks`` and of the record frames of the index
+    entries given to it (``add_records``, a piece at a time, in file order as a sound index
+    holds them): blocks that overlap, and gaps between them that are not all zero. Gaps are
+    checked as the caller's pass over those records reaches them (``check_before``), so
     that a pass reading a compressed file in order reads the padding from the spans it
-    decompresses anyway; ``problems`` checks the rest and says what is wrong. The index is
-    read with ``read``, the gaps with ``read_gaps``, or, small ones, many at a time from
-    ``mapped`` (the logical bytes as a uint8 array, a plain file's mapping); memory is a
-    piece of the index plus the blocks, whatever the file holds."""
+    decompresses anyway, and the index is read once, by that pass; ``problems`` checks the
+    rest and says what is wrong. Gaps are read with ``read_gaps``, or, small ones, many at
+    a time from ``mapped`` (the logical bytes as a uint8 array, a plain file's mapping);
+    memory is a piece of the index plus the blocks, whatever the file holds."""
 
-    def __init__(
-        self,
-        read: Read,
-        blocks: list[tuple[int, int]],
-        segments: Any,
-        read_gaps: Read,
-        mapped: np.ndarray | None = None,
-    ):
-        records = (extents(e) for seg in segments for _, e in index_chunks(read, seg))
+    def __init__(self, blocks: list[tuple[int, int]], read_gaps: Read, mapped: Any = None):
+        self._given: list[np.ndarray | None] = []  # pieces given, not yet merged
         self.overlaps: list[int] = []
-        self._gaps = gaps(blocks, records, self.overlaps)
+        self._gaps = gaps(blocks, self._records(), self.overlaps)
         self._read = read_gaps
         self._mapped = mapped
         self.bad: list[int] = []  # the first BAD_LISTED gaps that are not all zero
         self.bad_count = 0
-        self.unreadable = False  # the index could not be read: gaps after it not checked
         self._starts = self._ends = np.zeros(0, np.int64)  # the batch of gaps at hand
         self._listed: list[int] = []  # its starts, as ints (a lookup a record costs little)
         self._k = 0  # the first of them not checked yet
+
+    def add_records(self, entries: np.ndarray | None) -> None:
+        """The next piece of the index (None: there are no more)."""
+        if entries is None or len(entries):
+            self._given.append(entries)
+
+    def _records(self) -> Iterator[np.ndarray]:
+        """The pieces given, as extents; ``gaps`` takes one per batch it yields, and
+        ``check_before`` asks for a batch only once its piece is given."""
+        while True:
+            entries = self._given.pop(0)
+            if entries is None:
+                return
+            yield extents(entries)
 
     def check_before(self, offset: float) -> None:
         """Check every gap that starts before logical offset ``offset``."""
         while True:
             if self._k == len(self._listed):
+                if not self._given:  # its piece is not given yet
+                    return
                 try:
                     self._starts, self._ends = next(self._gaps)
                 except StopIteration:
                     return
-                except FormatError:
-                    self.unreadable = True
-                    return
                 self._listed, self._k = self._starts.tolist(), 0
+                continue  # (a batch may hold no gap)
             if self._listed[self._k] >= offset:
                 return
             stop = bisect.bisect_left(self._listed, offset, self._k)
@@ -260,6 +250,4 @@ class Layout:
                 f"(offsets {', '.join(map(str, self.bad))}{more}): no read uses them, but the "
                 "file was changed there"
             )
-        if self.unreadable:
-            problems.append("index unreadable: the padding after it was not checked")
         return problems

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -10,7 +11,7 @@ import numpy as np
 
 from .. import bounded
 from ..bounded import SHADOWED
-from ..container import ENTRY_SIZE, FRAME_SIZE, Commit, parse_footer_from
+from ..container import ENTRY_DTYPE, ENTRY_SIZE, FRAME_SIZE, Commit, parse_footer_from
 from ..errors import INDEX, FormatError
 
 MAX_LISTED = 1000  # bad records verify lists one by one (it counts the others)
@@ -41,7 +42,7 @@ def verify_dataset(ds: Any, progress: Any = None) -> VerifyReport:
         _ = ds.metadata  # parses and checks it
     except FormatError as exc:
         report.problems.append(str(exc))
-    _index(ds, report)
+    index_at = len(report.problems)  # where the index's own problems go (found below)
     commits = _history(ds, report)  # first: the padding check needs every commit's blocks
     source = ds._source
     frame, read = source.frame, source.read
@@ -50,16 +51,19 @@ def verify_dataset(ds: Any, progress: Any = None) -> VerifyReport:
         in_order = InOrder(source)
         frame, read = in_order.frame, in_order.read
     mapped = None if source.mapped is None else np.frombuffer(source.mapped, np.uint8)
-    layout = bounded.Layout(source.read, _blocks(ds, commits), ds._segments, read, mapped)
+    layout = bounded.Layout(_blocks(ds, commits), read, mapped)
     saved, ds._crc_on_read = ds._crc_on_read, True  # verify checks every record CRC
     reach = unlisted = 0
+    index_problems: list[str] = []
     try:
-        for first, count, piece in bounded.index_pieces(source.read, ds._segments):
-            if isinstance(piece, FormatError):
+        for first, count, piece in _pieces(ds, index_problems):
+            if isinstance(piece, FormatError):  # (padding is then not reported: not ok)
                 bad = _by_record(ds, report, first, count, piece)
             elif source.mapped is not None:
+                layout.add_records(piece)
                 bad, reach = _mapped_piece(ds, report, first, piece, reach, layout)
             else:
+                layout.add_records(piece)
                 bad, reach = _piece(ds, report, first, piece, reach, frame, layout)
             for i, reason in bad:
                 if len(report.bad_records) < MAX_LISTED:
@@ -70,6 +74,8 @@ def verify_dataset(ds: Any, progress: Any = None) -> VerifyReport:
                 progress(first + count)
     finally:
         ds._crc_on_read = saved
+    layout.add_records(None)  # no more
+    report.problems[index_at:index_at] = index_problems
     if unlisted:
         report.problems.append(f"{unlisted} more bad records (the first {MAX_LISTED} listed)")
     if report.ok:  # gaps are only meaningful between blocks known to be sound
@@ -223,18 +229,30 @@ def _by_record(
     return bad
 
 
-def _index(ds: Any, report: VerifyReport) -> None:
-    """Segment checksums, a chunk at a time (a compressed index can exceed memory)."""
+def _pieces(ds: Any, index_problems: list[str]) -> Iterator[tuple]:
+    """(first record, count, entries) over every index segment, CHUNK bytes at a time
+    (entries is the FormatError where they cannot be read), each segment's checksum checked
+    on the way, its problems added to ``index_problems``: the index is read once for both,
+    in memory bounded whatever it holds."""
+    first = 0
+    step = bounded.CHUNK // ENTRY_SIZE
     for k, seg in enumerate(ds._segments):
-        try:
-            crc = 0
-            for _, entries in bounded.index_chunks(ds._source.read, seg):
-                crc = ds.header.checksum(entries, crc)
-        except FormatError as exc:
-            report.problems.append(f"index segment {k} unreadable: {exc}")
-            continue
-        if crc != seg.crc:
-            report.problems.append(f"index segment {k} at {seg.offset}: checksum mismatch")
+        crc, unreadable = 0, None
+        for lo in range(0, seg.count, step):
+            count = min(step, seg.count - lo)
+            try:
+                raw = ds._source.read(seg.offset + lo * ENTRY_SIZE, count * ENTRY_SIZE)
+                piece: Any = np.frombuffer(raw, ENTRY_DTYPE, count)
+                crc = ds.header.checksum(piece, crc)
+            except FormatError as exc:
+                piece = exc
+                unreadable = unreadable or exc
+            yield first + lo, count, piece
+        if unreadable is not None:
+            index_problems.append(f"index segment {k} unreadable: {unreadable}")
+        elif crc != seg.crc:
+            index_problems.append(f"index segment {k} at {seg.offset}: checksum mismatch")
+        first += seg.count
 
 
 def _history(ds: Any, report: VerifyReport) -> list[Commit]:
