@@ -59,12 +59,12 @@ def verify_dataset(ds: Any, progress: Any = None) -> VerifyReport:
         for first, count, piece in _pieces(ds, index_problems):
             if isinstance(piece, FormatError):  # (padding is then not reported: not ok)
                 bad = _by_record(ds, report, first, count, piece)
-            elif source.mapped is not None:
-                layout.add_records(piece)
-                bad, reach = _mapped_piece(ds, report, first, piece, reach, layout)
             else:
                 layout.add_records(piece)
-                bad, reach = _piece(ds, report, first, piece, reach, frame, layout)
+                if source.mapped is not None:
+                    bad, reach = _mapped_piece(ds, report, first, piece, reach, layout)
+                else:
+                    bad, reach = _piece(ds, report, first, piece, reach, frame, layout)
             for i, reason in bad:
                 if len(report.bad_records) < MAX_LISTED:
                     report.bad_records.append((i, reason))
@@ -84,15 +84,15 @@ def verify_dataset(ds: Any, progress: Any = None) -> VerifyReport:
     if ds.uncommitted_bytes:
         report.problems.append(
             f"{ds.uncommitted_bytes} byte{'s' * (ds.uncommitted_bytes != 1)} after the last "
-            "commit (a writer crashed or is "
-            "still writing); recovery salvages complete records from them"
+            "commit (a writer crashed or is still writing); recovery salvages complete "
+            "records from them"
         )
     return report
 
 
 class InOrder:
-    """Reads of a compressed source's logical bytes made in file order (verify's records,
-    then its padding), served from spans of SPAN bytes that ``source.span`` decompresses
+    """Reads of a compressed source's logical bytes made in file order (verify's records
+    and the padding between them), served from spans of SPAN bytes that ``source.span`` decompresses
     at once: each frame is read and decompressed once a pass, where a read of each record
     on its own (``source.frame``) costs a lookup and a decompression of every frame it
     touches. A read the current span does not hold starts the next span there. A span
