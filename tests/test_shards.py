@@ -468,7 +468,9 @@ def test_threads_sharing_a_dataset_never_find_a_shard_closed_under_them(tmp_path
             assert len(ds._open) == 3  # over max_open while reads hold them
     assert len(ds._open) == 2 and ds._pins == {}
     ds.close()
-    assert ds._open == {} and ds[15][1] == 15  # a later read opens its shard again
+    assert ds._open == {}
+    with pytest.raises(evs.ClosedError):  # closed for good (round 17, C01)
+        ds[15]
 
 
 def _read_first(ds: ShardedDataset, results) -> None:
@@ -491,3 +493,27 @@ def test_a_forked_child_reads_while_a_parent_thread_held_the_shard_table(tmp_pat
         os.kill(child.pid, signal.SIGKILL)
         child.join()
     assert child.exitcode == 0 and results.get(timeout=10) == 0
+
+
+def test_reads_of_a_closed_sharded_dataset_raise_closed_error(tmp_path):
+    """README: a closed dataset raises ClosedError; an open_shards dataset reopened its
+    shards for any read after close() and went on reading (attacker finding, session 13,
+    round 17, C01)."""
+    pattern = str(tmp_path / "s-{:03d}.evs")
+    with evs.ShardWriter(pattern, max_records=5) as w:
+        for i in range(40):
+            w.append([np.arange(3) + i, i])
+    ds = evs.open_shards(str(tmp_path), max_open=1)
+    assert ds[3][1] == 3
+    ds.close()
+    for read in (
+        lambda: ds[3],
+        lambda: ds.get_many([1, 30]),
+        lambda: ds.get_batch([2, 7]),
+        lambda: list(ds),
+        lambda: ds.metadata,
+    ):
+        with pytest.raises(evs.ClosedError, match="closed"):
+            read()
+    copy = pickle.loads(pickle.dumps(ds))  # a copy (a worker's) opens its own shards
+    assert copy[39][1] == 39

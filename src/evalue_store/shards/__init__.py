@@ -29,7 +29,7 @@ from ..dataset import batch, indexing
 from ..dataset.batch import Batch, Out
 from ..dataset.indexing import Index
 from ..dataset.reader import Dataset, open_dataset
-from ..errors import CHANGED, LIMIT, MANIFEST, FormatError
+from ..errors import CHANGED, LIMIT, MANIFEST, ClosedError, FormatError
 from ..physical import remote
 from ..physical.zstd import DEFAULT_CACHE_BYTES, MAX_FRAME_SIZE
 from . import object_store
@@ -192,6 +192,7 @@ class ShardedDataset:
         # (pins: shard -> their number) are never closed to make room.
         self._lock = threading.Lock()
         self._pins: dict[int, int] = {}
+        self._closed = False
         _LIVE.add(self)
 
     # ------------------------------------------------------------------ shards
@@ -219,6 +220,7 @@ class ShardedDataset:
     def _acquire(self, k: int) -> Dataset:
         """Shard ``k``, open and pinned (one more read under way in it): ``_release`` after."""
         with self._lock:
+            self._check_open()
             ds = self._open.get(k)
             if ds is not None:
                 self._open.move_to_end(k)
@@ -232,6 +234,9 @@ class ShardedDataset:
             ds.close()
             raise
         with self._lock:
+            if self._closed:  # closed meanwhile: this shard goes too
+                ds.close()
+                self._check_open()
             other = self._open.get(k)  # another thread opened it meanwhile: theirs is kept
             if other is None:
                 self._open[k] = ds
@@ -244,6 +249,10 @@ class ShardedDataset:
             if spare is not None:
                 spare.close()  # views handed out stay valid
         return ds
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClosedError("open_shards dataset is closed")
 
     def _release(self, k: int) -> None:
         with self._lock:
@@ -407,9 +416,10 @@ class ShardedDataset:
     # ------------------------------------------------------------------ lifetime
 
     def close(self) -> None:
-        """Close open shards (reads under way in them too: they raise ClosedError); tensor
-        views handed out stay valid. A later read opens its shard again."""
+        """Close the dataset and its open shards: reads under way in them, and any later
+        read, raise ClosedError; tensor views handed out stay valid."""
         with self._lock:
+            self._closed = True
             opened, self._open = list(self._open.values()), OrderedDict()
         for ds in opened:
             ds.close()
