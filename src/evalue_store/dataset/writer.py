@@ -417,7 +417,9 @@ class Writer(WriterFields, Appending):
         """Discard the records appended since the last commit and release the file.
 
         The file is cut back to its last commit, so they do not come back as a salvageable
-        tail. Leaving a ``with`` block by an exception aborts; leaving it normally commits.
+        tail (records this writer salvaged and still holds for their names stay one: see
+        ``_open_existing``). Leaving a ``with`` block by an exception aborts; leaving it
+        normally commits.
         A commit that was interrupted but took effect is kept (see ``commit``).
         """
         if self._fd < 0:
