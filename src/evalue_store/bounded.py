@@ -108,9 +108,8 @@ def gaps(
     """(starts, ends) of the ranges covered by no block, a batch per record chunk (and one
     after the last) in file order: the blocks are ``fixed`` (any order; one named twice
     counts once) and record extents given chunk by chunk in file order (as a sound index
-    holds them). The start of every block
-    that begins inside an earlier one is added to ``overlaps`` (a valid file has none:
-    docs/FORMAT.md §2).
+    holds them). The start of every block that begins inside an earlier one is added to
+    ``overlaps`` (a valid file has none: docs/FORMAT.md §2).
 
     Each record chunk is merged with the fixed blocks that start before its last record, so
     memory is one chunk plus the fixed blocks, not the whole index.
