@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import evalue_store as evs
+from evalue_store.physical.zstd import MAX_DICT_SIZE
 
 
 def make(path, compression=None) -> None:
@@ -111,3 +112,28 @@ def test_a_fifo_is_not_a_container(tmp_path):
     with pytest.raises(evs.FormatError) as info:
         evs.open(fifo)
     assert info.value.code == "not-a-container"
+
+
+def test_argument_values_a_call_refuses_are_usage_errors(tmp_path):
+    """README: an argument value a call refuses raises evs.UsageError (an evs.Error and a
+    ValueError) naming it, so that `except evs.Error` catches every refusal."""
+    path = tmp_path / "u.evs"
+    make(path)
+    big = bytes(MAX_DICT_SIZE + 1)
+    refusals = {
+        "mode": lambda: evs.Writer(tmp_path / "m.evs", mode="r"),
+        "format version": lambda: evs.Writer(tmp_path / "v.evs", format_version="9.9"),
+        "alignment": lambda: evs.Writer(tmp_path / "a.evs", alignment=12),
+        "backend": lambda: evs.open(path, backend="disk"),
+        "max_open": lambda: evs.open_shards([path], max_open=0),
+        "max_records": lambda: evs.ShardWriter(tmp_path / "s-{:03d}.evs", max_records=0),
+        "pattern": lambda: evs.ShardWriter(tmp_path / "s.evs"),
+        "dictionary": lambda: evs.Writer(tmp_path / "d.evs", compression="zstd", dictionary=big),
+        "samples": lambda: evs.train_dictionary([[np.arange(3)]] * 2),
+        "strings": lambda: evs.java.loads(b"", strings="text"),
+    }
+    for what, call in refusals.items():
+        with pytest.raises(evs.UsageError) as caught:
+            call()
+        assert isinstance(caught.value, evs.Error) and isinstance(caught.value, ValueError), what
+    assert not list(tmp_path.glob("[mvads]*.evs")), "a refused call left a file"

@@ -11,6 +11,7 @@ from .errors import (
     FormatError,
     InputMismatchError,
     RemoteError,
+    UsageError,
     WriterLockedError,
 )
 from .values import (
@@ -67,6 +68,7 @@ __all__ = [
     "String",
     "Tensor",
     "Typed",
+    "UsageError",
     "WriterLockedError",
     "bfloat16_to_float32",
     "float32_to_bfloat16",

@@ -32,6 +32,7 @@ from .errors import (
     TRUNCATED,
     UNSUPPORTED,
     FormatError,
+    UsageError,
 )
 
 MAGIC = b"\x89EVS\r\n\x1a\n"
@@ -111,7 +112,7 @@ CHECKSUM_TITLES = {"crc32": "CRC-32", "crc32c": "CRC-32C"}  # as people write th
 def version_flags(version: str) -> int:
     """The header flags of a new file of format ``version`` ("1.0" or "1.1")."""
     if version not in VERSIONS:
-        raise ValueError(f"format version must be one of {sorted(VERSIONS)}, not {version!r}")
+        raise UsageError(f"format version must be one of {sorted(VERSIONS)}, not {version!r}")
     return VERSIONS[version]
 
 

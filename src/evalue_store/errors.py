@@ -105,6 +105,12 @@ class BatchError(Error, ValueError):
     columns are by position)."""
 
 
+class UsageError(Error, ValueError):
+    """An argument value a call refuses: out of the range it takes, or options that
+    contradict each other; the message names the argument. (A wrong type raises TypeError and
+    an index out of range IndexError, as Python's own calls do.)"""
+
+
 class WriterLockedError(Error, RuntimeError):
     """Another writer holds the file's lock; only one writer may append at a time."""
 

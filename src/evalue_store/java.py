@@ -20,7 +20,7 @@ from typing import Any, Literal, Union
 import numpy as np
 
 from .dtypes import CODE_TO_DTYPE, CODE_TO_NAME, dtype_code
-from .errors import LIMIT, NOT_A_CONTAINER, TRUNCATED, VALUE, EncodeError, FormatError
+from .errors import LIMIT, NOT_A_CONTAINER, TRUNCATED, VALUE, EncodeError, FormatError, UsageError
 from .values import Kind, classify
 
 __all__ = ["dumps", "loads", "dumps_record", "loads_record", "iter_record_slices", "MAGIC"]
@@ -123,7 +123,7 @@ def loads(data: Buffer, *, strings: Literal["str", "bytes"] = "str") -> Any:
     Raises FormatError with the byte offset of the problem.
     """
     if strings not in ("str", "bytes"):
-        raise ValueError(f"strings must be 'str' or 'bytes', not {strings!r}")
+        raise UsageError(f"strings must be 'str' or 'bytes', not {strings!r}")
     view = _byte_view(data)
     size = len(view)
     if size == 0:

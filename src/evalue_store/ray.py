@@ -45,7 +45,7 @@ from .arrowmap import block_columns, ray_batch
 from .container import ENTRY_SIZE
 from .dataset.fields import FIELDS_KEY
 from .dataset.writer import Writer
-from .errors import EncodeError
+from .errors import EncodeError, UsageError
 from .physical import remote
 from .shards import (
     DIRECTORY_MANIFEST,
@@ -175,9 +175,9 @@ class EValueDatasink(Datasink):
     ):
         check_limits(max_records, max_bytes)
         if not prefix or "/" in prefix or os.sep in prefix:
-            raise ValueError(f"prefix must be a file name prefix, not {prefix!r}")
+            raise UsageError(f"prefix must be a file name prefix, not {prefix!r}")
         if metadata is not None and FIELDS_KEY in metadata:
-            raise ValueError(f"metadata must not set {FIELDS_KEY}: the block schema names fields")
+            raise UsageError(f"metadata must not set {FIELDS_KEY}: the block schema names fields")
         self.target = _Target(os.fspath(path), filesystem, storage_options)
         self.prefix = prefix
         self.suffix = ".evs.zst" if writer_options.get("compression") == "zstd" else ".evs"
@@ -457,7 +457,7 @@ class EValueDatasource(Datasource):
             columns = fields
         unknown = [c for c in columns if c not in fields]
         if unknown:
-            raise ValueError(f"columns {unknown} are not fields of {source!r:.200}: {fields}")
+            raise UsageError(f"columns {unknown} are not fields of {source!r:.200}: {fields}")
         self.columns = tuple(columns)
         self.positions = tuple(fields.index(c) for c in self.columns)
 

@@ -28,7 +28,7 @@ from ..container import (
     encode_footer,
     valid_alignment,
 )
-from ..errors import ClosedError, EncodeError
+from ..errors import ClosedError, EncodeError, UsageError
 from ..metadata import encode_metadata
 from .columns import append_columns
 from .rows import extend_rows
@@ -52,7 +52,7 @@ def check_alignment(alignment: int) -> None:
     if isinstance(alignment, bool) or not isinstance(alignment, numbers.Integral):
         raise TypeError(f"alignment must be an int, not {alignment!r}")
     if not valid_alignment(int(alignment)):
-        raise ValueError(f"alignment must be a power of two in [8, 65536], not {alignment}")
+        raise UsageError(f"alignment must be a power of two in [8, 65536], not {alignment}")
 
 
 class Appending:

@@ -15,7 +15,7 @@ from typing import Any
 from .. import _native
 from ..checksums import NAMES
 from ..container import FRAME_SIZE, Commit, Header, parse_footer_at
-from ..errors import CHANGED, CHECKSUM, FIELDS, ClosedError, FormatError
+from ..errors import CHANGED, CHECKSUM, FIELDS, ClosedError, FormatError, UsageError
 from ..metadata import parse_metadata
 from ..physical import open_file, reopen_name
 from ..physical.zstd import DEFAULT_CACHE_BYTES, MAX_FRAME_SIZE
@@ -47,7 +47,7 @@ class Dataset(Records):
         cache_dir: str | os.PathLike | None = None,
     ):
         if backend not in ("mmap", "pread"):
-            raise ValueError(f"backend must be 'mmap' or 'pread', not {backend!r}")
+            raise UsageError(f"backend must be 'mmap' or 'pread', not {backend!r}")
         self.path = os.fspath(path)
         self.backend = backend
         self.verify_reads = verify

@@ -26,7 +26,7 @@ from ..container import (
     new_file_id,
     version_flags,
 )
-from ..errors import LIMIT, NOT_A_CONTAINER, ClosedError, FormatError
+from ..errors import LIMIT, NOT_A_CONTAINER, ClosedError, FormatError, UsageError
 from ..files import (
     create_temp,
     fsync_dir,
@@ -137,7 +137,7 @@ class Writer(WriterFields, Appending):
         format_version: str | None = None,
     ):
         if mode not in ("w", "x", "a"):
-            raise ValueError(f"mode must be 'w', 'x' or 'a', not {mode!r}")
+            raise UsageError(f"mode must be 'w', 'x' or 'a', not {mode!r}")
         asked = {
             "alignment": alignment,
             "format_version": format_version,
@@ -146,20 +146,20 @@ class Writer(WriterFields, Appending):
         alignment = DEFAULT_ALIGNMENT if alignment is None else alignment
         check_alignment(alignment)
         if compression not in (None, "zstd"):
-            raise ValueError(f"compression must be None or 'zstd', not {compression!r}")
+            raise UsageError(f"compression must be None or 'zstd', not {compression!r}")
         if not MIN_FRAME_SIZE <= frame_size <= MAX_FRAME_SIZE:
-            raise ValueError(
+            raise UsageError(
                 f"frame_size must be in [{MIN_FRAME_SIZE}, {MAX_FRAME_SIZE}], not {frame_size}"
             )
         if isinstance(dictionary, str):
             if dictionary != AUTO:
-                raise ValueError(f"dictionary must be bytes, None or {AUTO!r}, not {dictionary!r}")
+                raise UsageError(f"dictionary must be bytes, None or {AUTO!r}, not {dictionary!r}")
             dictionary = None
             self._train = compression == "zstd"  # a new file's own, from its first frames
         else:
             self._train = False
             if dictionary is not None and compression != "zstd":
-                raise ValueError("a dictionary needs compression='zstd'")
+                raise UsageError("a dictionary needs compression='zstd'")
             if dictionary is not None:
                 check_dictionary(dictionary)
         self._new_flags = version_flags(format_version or DEFAULT_VERSION)
@@ -397,7 +397,7 @@ class Writer(WriterFields, Appending):
         }
         for name in KEPT_BY_APPEND:
             if asked[name] is not None and asked[name] != have[name]:
-                raise ValueError(
+                raise UsageError(
                     f"{self.path} has {name}={have[name]!r}, and appending keeps it: "
                     f"{name}={asked[name]!r} cannot apply (leave it out, or write a new file)"
                 )

@@ -22,7 +22,7 @@ import torch
 from ..dataset import indexing
 from ..dataset.reader import Dataset, open_dataset
 from ..dtypes import BFLOAT16
-from ..errors import FormatError, InputMismatchError
+from ..errors import FormatError, InputMismatchError, UsageError
 from ..shards import ShardedDataset, open_shards
 from ..torch import as_torch
 from .fields import Field, Layout, as_count, name_of, pick, value_text
@@ -111,9 +111,9 @@ class Binding:
         self._every_value = fields is None  # then a record holds exactly one value per input
         self.batch_size, self.last = self._batching(batch_size, last)
         if check not in ("all", "first"):
-            raise ValueError(f"check must be 'all' or 'first', not {check!r}")
+            raise UsageError(f"check must be 'all' or 'first', not {check!r}")
         if len(self.dataset) == 0:
-            raise ValueError("the dataset holds no records")
+            raise UsageError("the dataset holds no records")
         self._buffers: dict[int, Rows] = {}
         self.layouts = self._check(check == "all")
         self._buffers.clear()
@@ -123,20 +123,20 @@ class Binding:
         static, bound = self.inputs.static_batch, self.inputs.max_batch
         dynamic = all(s.dynamic for s in self.inputs.inputs)
         if not dynamic and static is None:
-            raise ValueError(f"{self.method!r}: static inputs disagree on the batch size")
+            raise UsageError(f"{self.method!r}: static inputs disagree on the batch size")
         if batch_size is None:
             batch_size = static if not dynamic else bound
             if batch_size is None:
-                raise ValueError(f"{self.method!r} has an unbounded batch: pass batch_size")
+                raise UsageError(f"{self.method!r} has an unbounded batch: pass batch_size")
         batch_size = as_count("batch_size", batch_size, least=1)
         if not dynamic and batch_size != static:
-            raise ValueError(f"{self.method!r} takes batches of exactly {static}: not {batch_size}")
+            raise UsageError(f"{self.method!r} takes batches of exactly {static}: not {batch_size}")
         if bound is not None and batch_size > bound:
-            raise ValueError(f"{self.method!r} takes batches of at most {bound}: not {batch_size}")
+            raise UsageError(f"{self.method!r} takes batches of at most {bound}: not {batch_size}")
         last = last or ("keep" if dynamic else "drop")
         if last not in LAST or (last == "keep" and not dynamic):
             allowed = LAST if dynamic else tuple(x for x in LAST if x != "keep")
-            raise ValueError(f"last must be one of {allowed} for this program, not {last!r}")
+            raise UsageError(f"last must be one of {allowed} for this program, not {last!r}")
         return batch_size, last
 
     def _record_error(self, i: int, record: Any, layouts: Sequence[Layout | None]) -> None:
@@ -245,10 +245,10 @@ class Binding:
         and its bound."""
         static, bound = self.inputs.static_batch, self.inputs.max_batch
         if not all(s.dynamic for s in self.inputs.inputs) and rows != static:
-            raise ValueError(f"{self.method!r} takes batches of exactly {static}: not {rows}")
+            raise UsageError(f"{self.method!r} takes batches of exactly {static}: not {rows}")
         if rows < 1 or (bound is not None and rows > bound):
             most = str(bound) if bound is not None else "any number"
-            raise ValueError(f"{self.method!r} takes batches of 1 to {most}: not {rows}")
+            raise UsageError(f"{self.method!r} takes batches of 1 to {most}: not {rows}")
 
     def _order(self, order: Any) -> np.ndarray:
         """``order`` as record positions: integers as ``get_batch`` takes them (negative
@@ -299,7 +299,7 @@ class Binding:
         try:
             columns = self._columns(indices, out.targets(n))
             if self._every_value and len(columns) != len(self.fields):
-                raise ValueError("another number of values")
+                raise UsageError("another number of values")
             for field, layout, buf in zip(self.fields, self.layouts, out.arrays):
                 if layout.scalar:
                     _fill_scalars(buf[:n], columns[field.position])

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from ..dtypes import BFLOAT16
-from ..errors import InputMismatchError
+from ..errors import InputMismatchError, UsageError
 from .program import InputSpec
 
 
@@ -121,7 +121,7 @@ def pick(
         )
     chosen = list(chosen)
     if len(chosen) != len(specs):
-        raise ValueError(f"{method!r} takes {len(specs)} inputs; fields names {chosen}")
+        raise UsageError(f"{method!r} takes {len(specs)} inputs; fields names {chosen}")
     result: list[Field] = []
     for k, (spec, entry) in enumerate(zip(specs, chosen)):
         if isinstance(entry, str):
@@ -134,7 +134,7 @@ def pick(
             position = _position(k, entry)
             name = name_of(position, names)
         if any(f.position == position for f in result):
-            raise ValueError(
+            raise UsageError(
                 f"fields[{k}] ({entry!r}) names {name}, as an earlier entry does: "
                 "each input needs a value of its own"
             )
@@ -156,7 +156,7 @@ def _position(k: int, entry: Any) -> int:
             f"fields[{k}] is {kind} {entry!r}: a field is a name (str) or a position (int)"
         ) from None
     if position < 0:
-        raise ValueError(
+        raise UsageError(
             f"fields[{k}] is {position}: a position counts a record's values from 0 "
             "(negative positions are not taken)"
         )
@@ -173,5 +173,5 @@ def as_count(name: str, value: Any, least: int = 0) -> int:
     except TypeError:
         raise TypeError(f"{name} must be an int, not {type(value).__name__} {value!r}") from None
     if number < least:
-        raise ValueError(f"{name} must be {least} or more, not {number}")
+        raise UsageError(f"{name} must be {least} or more, not {number}")
     return number

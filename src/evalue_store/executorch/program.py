@@ -19,6 +19,7 @@ from typing import Any, Union
 import numpy as np
 
 from ..dtypes import BFLOAT16, CODE_TO_DTYPE, CODE_TO_NAME
+from ..errors import UsageError
 
 Program = Union[str, Path, bytes]  # a .pte path, or its bytes
 
@@ -98,9 +99,9 @@ def program_bytes(program: Program) -> bytes:
     if data is None:
         data = Path(program).read_bytes()
     if len(data) < MIN_BYTES:
-        raise ValueError(f"not an ExecuTorch program: {len(data)} bytes")
+        raise UsageError(f"not an ExecuTorch program: {len(data)} bytes")
     if not IDENTIFIER.fullmatch(data[4:8]):
-        raise ValueError(
+        raise UsageError(
             f"not an ExecuTorch program: its file identifier (bytes 4..8) is {data[4:8]!r}, "
             "where ExecuTorch programs carry b'ET' and two letters or digits (b'ET12')"
         )
@@ -126,7 +127,7 @@ def verified_program(data: bytes) -> Any:
     except RuntimeError as exc:
         said = [re.sub(r"^\[[^]]*\] ", "", line) for line in log.getvalue().splitlines()]
         why = "; ".join(dict.fromkeys([str(exc), *filter(None, said)]))
-        raise ValueError(
+        raise UsageError(
             f"ExecuTorch refuses the program ({why}): damaged, or made for another ExecuTorch"
         ) from None
     sys.stderr.write(log.getvalue())  # a program loaded: what the runtime said is the user's
@@ -145,19 +146,19 @@ def read_method_inputs(program: Program, method: str = "forward") -> MethodInput
     loaded = verified_program(data)
     if method not in loaded.method_names:
         names = sorted(n for n in loaded.method_names if not n.startswith("__"))
-        raise ValueError(f"the program has no method {method!r} (methods: {names})")
+        raise UsageError(f"the program has no method {method!r} (methods: {names})")
     meta = loaded.metadata(method)
     try:  # verified by the runtime: a failure here is a damage its checks do not cover
         plan = next(p for p in deserialize(data).program.execution_plan if p.name == method)
     except Exception as exc:
-        raise ValueError(f"the program cannot be read ({type(exc).__name__}: {exc})") from None
+        raise UsageError(f"the program cannot be read ({type(exc).__name__}: {exc})") from None
     specs = []
     for i in range(meta.num_inputs()):
         value = plan.values[plan.inputs[i]].val
         dynamism = getattr(value, "shape_dynamism", None)
         if dynamism is None:
             kind = type(value).__name__
-            raise ValueError(f"input {i} of {method!r} is a {kind}, not a tensor: unsupported")
+            raise UsageError(f"input {i} of {method!r} is a {kind}, not a tensor: unsupported")
         info = meta.input_tensor_meta(i)
         dynamism = int(dynamism)
         sizes = tuple(info.sizes())
@@ -165,9 +166,9 @@ def read_method_inputs(program: Program, method: str = "forward") -> MethodInput
             sizes = (None,) * len(sizes)
         spec = InputSpec(i, int(info.dtype()), sizes, dynamism != STATIC)
         if spec.scalar_type not in CODE_TO_DTYPE:
-            raise ValueError(f"input {i} of {method!r} has ScalarType {spec.scalar_type}")
+            raise UsageError(f"input {i} of {method!r} has ScalarType {spec.scalar_type}")
         if spec.rank == 0:
-            raise ValueError(f"input {i} of {method!r} is a 0-d tensor: no batch dimension")
+            raise UsageError(f"input {i} of {method!r} is a 0-d tensor: no batch dimension")
         specs.append(spec)
     return MethodInputs(method, tuple(specs))
 

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..errors import UsageError
 from .binding import Batch, Binding, Data
 from .fields import as_count
 from .program import Program, program_bytes, program_digest, verified_program
@@ -158,7 +159,7 @@ class Trainer:
         mine = self.state_dict()
         for key in ("version", "seed", "shuffle", "records", "batch_size"):
             if state.get(key) != mine[key]:
-                raise ValueError(f"state {key} is {state.get(key)!r}, this trainer's {mine[key]!r}")
+                raise UsageError(f"state {key} is {state.get(key)!r}, this trainer's {mine[key]!r}")
         self.epoch, self.batch = int(state["epoch"]), int(state["batch"])
         self.losses = list(state["losses"])
         self._restore = dict(state["parameters"]) or None
@@ -196,9 +197,9 @@ def _same_program(binding: Binding, code: bytes, method: str) -> None:
     for that one only (ExecuTorch would fail with an opaque error code, or train on inputs
     it never checked)."""
     if binding.program_digest != program_digest(code):
-        raise ValueError("the binding was made for another program than the trainer's")
+        raise UsageError("the binding was made for another program than the trainer's")
     if binding.method != method:
-        raise ValueError(f"the binding is of method {binding.method!r}, the trainer's {method!r}")
+        raise UsageError(f"the binding is of method {binding.method!r}, the trainer's {method!r}")
 
 
 def _sgd(named: dict, lr: float, momentum: float, weight_decay: float) -> Any:

@@ -19,7 +19,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
-from ..errors import CHANGED, Error, FormatError, RemoteError
+from ..errors import CHANGED, Error, FormatError, RemoteError, UsageError
 from . import remote_http, remote_ranges
 from .remote_store import info_now, own
 
@@ -65,7 +65,7 @@ def resolve(
     text = os.fspath(path)
     if filesystem is not None:
         if storage_options:
-            raise ValueError("give storage_options or a filesystem, not both")
+            raise UsageError("give storage_options or a filesystem, not both")
         filesystem = own(filesystem)  # one made before a fork is the parent's
         inner = filesystem._strip_protocol(text)
         return filesystem, inner, filesystem.unstrip_protocol(inner)

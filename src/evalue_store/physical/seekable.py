@@ -29,7 +29,15 @@ from typing import Any, NamedTuple
 import numpy as np
 import zstandard
 
-from ..errors import LIMIT, OUT_OF_BOUNDS, SEEK_TABLE, TRUNCATED, ZSTD_FRAME, FormatError
+from ..errors import (
+    LIMIT,
+    OUT_OF_BOUNDS,
+    SEEK_TABLE,
+    TRUNCATED,
+    ZSTD_FRAME,
+    FormatError,
+    UsageError,
+)
 from .zframe import (
     DEFAULT_LEVEL,
     MAGIC_NUMBER,
@@ -108,7 +116,7 @@ def compress_frame(
     view = memoryview(data).cast("B")
     size = view.nbytes
     if size > MAX_FRAME_DECOMPRESSED_SIZE:
-        raise ValueError(
+        raise UsageError(
             f"chunk of {size} bytes exceeds the seekable format's frame limit "
             f"{MAX_FRAME_DECOMPRESSED_SIZE}"
         )
@@ -117,7 +125,7 @@ def compress_frame(
     frame = cctx.compress(view)
     params = zstandard.get_frame_parameters(frame)
     if params.content_size != size or not params.has_checksum:
-        raise ValueError("compressor must write content size and checksum (use new_compressor())")
+        raise UsageError("compressor must write content size and checksum (use new_compressor())")
     return CompressedFrame(frame, size, frame_checksum(frame))
 
 
@@ -133,16 +141,16 @@ def encode_seek_table(compressed_sizes, decompressed_sizes, checksums) -> bytes:
     s = np.asarray(checksums, dtype=np.int64).reshape(-1)
     n = c.shape[0]
     if d.shape[0] != n or s.shape[0] != n:
-        raise ValueError(f"entry arrays differ in length: {n}, {d.shape[0]}, {s.shape[0]}")
+        raise UsageError(f"entry arrays differ in length: {n}, {d.shape[0]}, {s.shape[0]}")
     if n > MAX_FRAMES:
-        raise ValueError(f"{n} frames exceed the seekable format's limit {MAX_FRAMES}")
+        raise UsageError(f"{n} frames exceed the seekable format's limit {MAX_FRAMES}")
     if n:
         if int(c.min()) < MIN_FRAME_SIZE or int(c.max()) > 0xFFFFFFFF:
-            raise ValueError("compressed sizes must lie in [8, 2**32-1]")
+            raise UsageError("compressed sizes must lie in [8, 2**32-1]")
         if int(d.min()) < 0 or int(d.max()) > 0xFFFFFFFF:
-            raise ValueError("decompressed sizes must lie in [0, 2**32-1]")
+            raise UsageError("decompressed sizes must lie in [0, 2**32-1]")
         if int(s.min()) < 0 or int(s.max()) > 0xFFFFFFFF:
-            raise ValueError("checksums must be unsigned 32-bit values")
+            raise UsageError("checksums must be unsigned 32-bit values")
     entries = np.empty((n, 3), dtype="<u4")
     entries[:, 0] = c
     entries[:, 1] = d
@@ -210,7 +218,7 @@ class SeekTable:
         frame, so that cumulative compressed sizes keep matching file positions."""
         checksums = self.checksums
         if checksums is None:
-            raise ValueError("cannot carry a seek table without checksums forward")
+            raise UsageError("cannot carry a seek table without checksums forward")
         return (
             np.append(self.compressed_sizes, self.table_size),
             np.append(self.decompressed_sizes, 0),
@@ -233,7 +241,7 @@ def _resolve_end(src: Any, end: int | None) -> int:
     end = int(end)
     buffer = not hasattr(src, "pread") and not _is_file(src)
     if end < 0 or (buffer and end > memoryview(src).nbytes):
-        raise ValueError(f"end {end} outside the source")
+        raise UsageError(f"end {end} outside the source")
     return end
 
 
@@ -462,9 +470,9 @@ def decompress_frame(
     if out is not None:
         target = memoryview(out).cast("B")
         if target.readonly:
-            raise ValueError("out must be writable")
+            raise UsageError("out must be writable")
         if target.nbytes < dsize:
-            raise ValueError(f"out holds {target.nbytes} bytes, frame {k} needs {dsize}")
+            raise UsageError(f"out holds {target.nbytes} bytes, frame {k} needs {dsize}")
         target = target[:dsize]
     frame = read_at(src, c0, csize)
     (magic,) = MAGIC_NUMBER.unpack_from(frame)

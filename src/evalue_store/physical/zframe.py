@@ -18,6 +18,7 @@ import numpy as np
 import zstandard
 
 from ..byteio import Gather
+from ..errors import UsageError
 
 ZSTD_FRAME_MAGIC = 0xFD2FB528
 """Magic number of a Zstandard frame (zstd_compression_format.md, Zstandard frames)."""
@@ -143,7 +144,7 @@ def aligned_empty(nbytes: int, logical_start: int = 0, alignment: int = 64) -> n
     byte ``logical_start + i``, placed so that every logical offset that is a multiple of
     ``alignment`` lands on an aligned address (tensors keep their file alignment)."""
     if nbytes < 0 or alignment < 1:
-        raise ValueError("nbytes must be >= 0 and alignment >= 1")
+        raise UsageError("nbytes must be >= 0 and alignment >= 1")
     raw = np.empty(nbytes + alignment, dtype=np.uint8)
     address = raw.__array_interface__["data"][0]  # cheaper than raw.ctypes.data
     shift = (logical_start - address) % alignment
@@ -158,7 +159,7 @@ def aligned_bytes(nbytes: int, logical_start: int = 0, alignment: int = 64) -> m
     array's buffer_info() gives its address for a fraction of what numpy's does, which
     counts when a random read decompresses one small frame."""
     if nbytes < 0 or alignment < 1:
-        raise ValueError("nbytes must be >= 0 and alignment >= 1")
+        raise UsageError("nbytes must be >= 0 and alignment >= 1")
     raw = _ZERO_BYTE * (nbytes + alignment)
     shift = (logical_start - raw.buffer_info()[0]) % alignment
     return memoryview(raw)[shift : shift + nbytes]

@@ -24,7 +24,7 @@ from ..container import (
     open_container,
     version_flags,
 )
-from ..errors import FormatError
+from ..errors import FormatError, UsageError
 from . import zstd_legacy as legacy
 from .zframe import DEFAULT_LEVEL, SKIPPABLE_HEADER
 from .zstd_layout import LAYOUT_MAGIC, find_last_block, read_layout
@@ -123,10 +123,10 @@ def check_dictionary(dictionary: Any) -> None:
     MAX_DICT_SIZE, docs/FRAMES.md) or that zstd cannot use: its records would be written
     into a file no reader opens, or not at all."""
     if not isinstance(dictionary, (bytes, bytearray, memoryview)):
-        raise ValueError(f"dictionary must be bytes, not {type(dictionary).__name__}")
+        raise UsageError(f"dictionary must be bytes, not {type(dictionary).__name__}")
     size = memoryview(dictionary).nbytes
     if size > MAX_DICT_SIZE:
-        raise ValueError(f"dictionary of {size} bytes, over the {MAX_DICT_SIZE} readers accept")
+        raise UsageError(f"dictionary of {size} bytes, over the {MAX_DICT_SIZE} readers accept")
     if not size:
         return
     try:
@@ -134,7 +134,7 @@ def check_dictionary(dictionary: Any) -> None:
         sample = zstandard.ZstdCompressor(dict_data=data).compress(b"evalue_store")
         zstandard.ZstdDecompressor(dict_data=data).decompress(sample)
     except zstandard.ZstdError as exc:
-        raise ValueError(f"zstd cannot use this dictionary: {exc}") from None
+        raise UsageError(f"zstd cannot use this dictionary: {exc}") from None
 
 
 def train_dictionary(records: Any, size: int = 64 << 10, alignment: int = 64) -> bytes:
@@ -156,12 +156,12 @@ def train_dictionary(records: Any, size: int = 64 << 10, alignment: int = 64) ->
         chunks, _, _ = encode_record(values, alignment, checksum)
         samples.append(b"".join(bytes(memoryview(c).cast("B")) for c in chunks))
     if len(samples) < 8:
-        raise ValueError(
+        raise UsageError(
             f"training a dictionary needs at least 8 sample records, got {len(samples)}"
         )
     dictionary, _ = best_dictionary(samples, size, DEFAULT_LEVEL)
     if dictionary is None:
-        raise ValueError("zstd could not train a dictionary from these samples")
+        raise UsageError("zstd could not train a dictionary from these samples")
     return dictionary
 
 

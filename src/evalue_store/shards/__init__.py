@@ -29,7 +29,7 @@ from ..dataset import batch, indexing
 from ..dataset.batch import Batch, Out
 from ..dataset.indexing import Index
 from ..dataset.reader import Dataset, open_dataset
-from ..errors import CHANGED, LIMIT, MANIFEST, ClosedError, FormatError
+from ..errors import CHANGED, LIMIT, MANIFEST, ClosedError, FormatError, UsageError
 from ..physical import remote
 from ..physical.zstd import DEFAULT_CACHE_BYTES, MAX_FRAME_SIZE
 from . import object_store
@@ -162,7 +162,7 @@ class ShardedDataset:
         cache_dir: PathLike | None = None,
     ):
         if max_open < 1:
-            raise ValueError("max_open must be at least 1")
+            raise UsageError("max_open must be at least 1")
         self.shards = list(shards)
         self.backend = backend
         self.verify = verify

@@ -20,7 +20,7 @@ from typing import Any
 
 from ..dataset.reader import open_dataset
 from ..dataset.writer import Writer
-from ..errors import LIMIT, MANIFEST, FormatError
+from ..errors import LIMIT, MANIFEST, FormatError, UsageError
 from ..physical.remote import _retrying, resolve
 from ..physical.remote_store import forget, info_now
 from .manifest import directory_members
@@ -221,7 +221,7 @@ class RemoteWriter(Writer):
         **options: Any,
     ):
         if mode not in ("w", "x"):
-            raise ValueError(f"a Writer to a URL takes mode 'w' or 'x', not {mode!r}")
+            raise UsageError(f"a Writer to a URL takes mode 'w' or 'x', not {mode!r}")
         self.fs, self.target, self.url = resolve(path, filesystem, storage_options)
         if mode == "x" and _exists(self.fs, self.target, self.url):
             raise FileExistsError(f"{self.url} exists")

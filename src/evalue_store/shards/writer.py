@@ -11,7 +11,7 @@ from typing import Any
 from ..container import ENTRY_SIZE
 from ..dataset.fields import FIELDS_KEY, Fields
 from ..dataset.writer import KEPT_BY_APPEND, Writer
-from ..errors import ClosedError
+from ..errors import ClosedError, UsageError
 from ..physical import remote
 from ..physical.zstd import AUTO
 from . import object_store
@@ -65,7 +65,7 @@ def check_limits(max_records: Any, max_bytes: Any) -> None:
             kind = type(limit).__name__
             raise TypeError(f"{name} must be an integer (or None), not {kind}: {limit!r}")
         if limit < 1:
-            raise ValueError(f"{name} must be positive, not {limit}")
+            raise UsageError(f"{name} must be positive, not {limit}")
 
 
 def shard_full(writer: Writer, max_records: int | None, max_bytes: int | None) -> bool:
@@ -125,13 +125,13 @@ class ShardWriter:
         try:
             one_placeholder = self.pattern.format(0) != self.pattern.format(1)
         except (IndexError, KeyError, ValueError, TypeError, AttributeError) as exc:
-            raise ValueError(
+            raise UsageError(
                 f"pattern {self.pattern!r} must have one placeholder such as {{:05d}} ({exc})"
             ) from None
         if filesystem is None and not remote.is_url(self.pattern):
             self.pattern = os.path.abspath(self.pattern)  # a later chdir changes nothing
         if not one_placeholder:
-            raise ValueError(f"pattern {self.pattern!r} needs a placeholder such as {{:05d}}")
+            raise UsageError(f"pattern {self.pattern!r} needs a placeholder such as {{:05d}}")
         check_limits(max_records, max_bytes)
         self.max_records = None if max_records is None else int(max_records)
         self.max_bytes = None if max_bytes is None else int(max_bytes)
@@ -141,7 +141,7 @@ class ShardWriter:
         )
         if filesystem is not None or remote.is_url(self.pattern):
             if resume:
-                raise ValueError("resume needs a local pattern (an object has no append)")
+                raise UsageError("resume needs a local pattern (an object has no append)")
             self._staging = object_store.Staging(
                 self.pattern,
                 None if manifest is None else os.fspath(manifest),
@@ -170,7 +170,7 @@ class ShardWriter:
         self._resumed = resume
         if resume:
             if overwrite:
-                raise ValueError("resume and overwrite exclude each other")
+                raise UsageError("resume and overwrite exclude each other")
             self._resume()
 
     def _resume(self) -> None:

@@ -34,7 +34,7 @@ from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
 from ..dataset import batch, indexing
 from ..dataset.reader import Dataset as FileDataset
-from ..errors import BatchError
+from ..errors import BatchError, UsageError
 from ..shards import ShardedDataset, Source, open_shards
 from .batching import BatchSamples, Columns, Padded, as_torch, as_torch_record, collate
 
@@ -64,7 +64,7 @@ def _open(
     if isinstance(source, ShardedDataset):
         own = source.open_options.get("as_dict", False)
         if as_dict is not None and as_dict != own:
-            raise ValueError(
+            raise UsageError(
                 f"as_dict={as_dict} contradicts the ShardedDataset's as_dict={own}: "
                 "open_shards decides it for a ShardedDataset source"
             )
@@ -161,7 +161,7 @@ def _rank_and_world(rank: int | None, world_size: int | None) -> tuple[int, int]
     rank = 0 if rank is None else rank
     world_size = 1 if world_size is None else world_size
     if not 0 <= rank < world_size:
-        raise ValueError(f"rank {rank} is not in [0, world_size={world_size})")
+        raise UsageError(f"rank {rank} is not in [0, world_size={world_size})")
     return rank, world_size
 
 
@@ -229,7 +229,7 @@ class ShardedIterableDataset(IterableDataset):
         as_dict: bool | None = None,
     ):
         if batch_size < 1 or shuffle_buffer < 0:
-            raise ValueError("batch_size must be positive and shuffle_buffer non-negative")
+            raise UsageError("batch_size must be positive and shuffle_buffer non-negative")
         self.data = _open(source, backend, verify, as_dict)
         self.shuffle = shuffle
         self.seed = seed
@@ -345,7 +345,7 @@ class ShardedIterableDataset(IterableDataset):
         """
         if consumed is None:
             if self._position is None:
-                raise ValueError(
+                raise UsageError(
                     "this dataset was not iterated in this process (DataLoader workers?): "
                     "pass consumed= the number of records taken from the loader"
                 )
@@ -356,7 +356,7 @@ class ShardedIterableDataset(IterableDataset):
                 raise TypeError(f"consumed must be a whole number of records, not {kind}")
             position = int(self._shared[1]) + operator.index(consumed)
         if not 0 <= position <= len(self):
-            raise ValueError(f"position {position} is outside this rank's {len(self)} records")
+            raise UsageError(f"position {position} is outside this rank's {len(self)} records")
         return {
             "version": STATE_VERSION,
             "epoch": self.epoch,
@@ -368,16 +368,16 @@ class ShardedIterableDataset(IterableDataset):
         """Resume at a ``state_dict`` position: the next iteration yields exactly the records
         the interrupted one had not yet handed out, in the same order."""
         if state.get("version") != STATE_VERSION:
-            raise ValueError(f"unknown state version {state.get('version')!r}")
+            raise UsageError(f"unknown state version {state.get('version')!r}")
         saved = {k: state.get(k) for k in self._fingerprint()}
         if saved != self._fingerprint():
-            raise ValueError(
+            raise UsageError(
                 f"state was saved for {saved}, this dataset is {self._fingerprint()}: "
                 "resuming would not be exact"
             )
         position = state.get("position")
         if type(position) is not int or not 0 <= position <= len(self):
-            raise ValueError(f"position {position!r} is not one of this rank's {len(self)} records")
+            raise UsageError(f"position {position!r} is not one of this rank's {len(self)} records")
         self._shared[0] = state["epoch"]
         self._shared[1] = position
         self._position = None
