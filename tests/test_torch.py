@@ -190,17 +190,45 @@ def test_collate_scalars_and_mixed_fields():
     assert collate([torch.ones(2), torch.zeros(2)]).shape == (2, 2)  # bare values: field 0
     with pytest.raises(ValueError, match="only the first dimension"):
         collate([[torch.ones(2, 3)], [torch.ones(2, 4)]])
-    with pytest.raises(ValueError, match="add it to `pad`"):
-        collate([[torch.ones(2)], [torch.ones(3)]], pad={1})
-    mixed = [[torch.ones(2, dtype=torch.int32)], [torch.ones(2, dtype=torch.int64)]]
-    with pytest.raises(ValueError, match="only the first dimension"):  # torch.stack would
+    with pytest.raises(evs.BatchError, match="field 0: tensors differ.*add it to `pad`"):
+        collate([[torch.ones(2), 0], [torch.ones(3), 1]], pad={1})
+    mixed = [[torch.ones(2, dtype=torch.int32), 0], [torch.ones(2, dtype=torch.int64), 1]]
+    with pytest.raises(evs.BatchError, match="only the first dimension"):  # torch.stack would
         collate(mixed)  # promote the dtypes: collate refuses
-    with pytest.raises(ValueError, match="add it to `pad`"):
+    with pytest.raises(evs.BatchError, match="add it to `pad`"):
         collate(mixed, pad={1})
-    with pytest.raises(ValueError, match="numbers of fields"):
+    with pytest.raises(evs.BatchError, match="numbers of fields"):
         collate([[1, 2], [1]])
-    with pytest.raises(ValueError, match="empty"):
+    with pytest.raises(evs.BatchError, match="empty"):
         collate([])
+
+
+def test_collate_refuses_pads_it_would_ignore_or_change():
+    """A pad naming no field, or a pad_value the field's dtype cannot hold, raised nothing:
+    the pad was ignored, or 1.5 stored as 1 in int tensors and 2 as True in bool ones."""
+    ints = [[torch.arange(3)], [torch.arange(2)]]
+    named = [{"tokens": torch.arange(3)}, {"tokens": torch.arange(2)}]
+    with pytest.raises(evs.BatchError, match=r"pad names \[5\], which the samples do not"):
+        collate(ints, pad={5})
+    with pytest.raises(evs.BatchError, match="pad names \\['label'\\]"):
+        collate(named, pad={"tokens", "label"})
+    with pytest.raises(TypeError, match="collection of field names"):
+        collate(named, pad="tokens")  # a str is a collection of its letters
+    for value in (1.5, 2**63, float("nan"), -(2**63) - 1):
+        with pytest.raises(evs.BatchError, match="field 0: pad_value .* does not fit"):
+            collate(ints, pad_value=value)
+    with pytest.raises(evs.BatchError, match="field 'tokens': pad_value 2 does not fit"):
+        collate([{"tokens": torch.ones(n, dtype=torch.bool)} for n in (1, 2)], pad_value=2)
+    with pytest.raises(evs.BatchError, match="does not fit its torch.float16"):
+        collate([[torch.ones(n, dtype=torch.float16)] for n in (1, 2)], pad_value=1e6)
+    with pytest.raises(TypeError, match="pad_value must be"):
+        collate(ints, pad_value="0")
+    assert collate(ints, pad_value=-7.0)[0].values[1].tolist() == [0, 1, -7]
+    assert collate(named, pad={"tokens"}, pad_value=True)["tokens"].values[1, 2] == 1
+    floats = collate([[torch.ones(n, dtype=torch.float16)] for n in (1, 2)], pad_value=0.1)
+    assert floats[0].values[0, 1] == torch.tensor(0.1, dtype=torch.float16)  # rounded
+    padded = collate([[torch.ones(n)] for n in (1, 2)], pad_value=float("-inf"))
+    assert padded[0].values[0, 1] == float("-inf")
 
 
 # ----------------------------------------------------------------------------- DataLoader

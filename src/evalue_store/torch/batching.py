@@ -26,6 +26,7 @@ from torch.utils.data import get_worker_info
 from ..buffers import private
 from ..dataset import indexing
 from ..dtypes import BFLOAT16
+from ..errors import BatchError
 
 SHARE_BYTES = 256 << 10  # in a DataLoader worker, tensors this big go to the main process
 # in shared memory, smaller ones by value: measured on a 2-core machine, a 256 KiB tensor by
@@ -129,14 +130,16 @@ class BatchSamples(Sequence):
 
     def collated(self, pad: Collection[Hashable] | None, pad_value: float) -> Any:
         """What ``collate`` gives for these samples, from the columns."""
+        names = list(self.columns) if self.as_dict else list(range(len(self.columns)))
+        _check_pad(pad, names)
         out = {}
-        for position, (key, column) in enumerate(self.columns.items()):
-            name = key if self.as_dict else position
+        for name, column in zip(names, self.columns.values()):
             if isinstance(column, torch.Tensor) and not (pad and name in pad):
                 out[name] = column
             else:
                 items = list(column.unbind(0)) if isinstance(column, torch.Tensor) else column
-                out[name] = _collate_field(items, None if pad is None else name in pad, pad_value)
+                padded = None if pad is None else name in pad
+                out[name] = _collate_field(name, items, padded, pad_value)
         return out if self.as_dict else list(out.values())
 
 
@@ -155,14 +158,19 @@ class Padded(NamedTuple):
     mask: torch.Tensor
 
 
-def _pad(tensors: Sequence[torch.Tensor], pad_value: float) -> Padded:
+def _pad(name: Hashable, tensors: Sequence[torch.Tensor], pad_value: float) -> Padded:
     first = tensors[0]
     rest = first.shape[1:]
     if first.ndim == 0 or any(t.shape[1:] != rest or t.dtype != first.dtype for t in tensors):
         shapes = sorted({(tuple(t.shape), str(t.dtype)) for t in tensors})
-        raise ValueError(
-            f"cannot stack or pad tensors of shapes/dtypes {shapes[:4]}: only the first "
-            "dimension may differ; pass your own collate_fn"
+        raise BatchError(
+            f"field {name!r}: cannot stack or pad tensors of shapes/dtypes {shapes[:4]}: only "
+            "the first dimension may differ; pass your own collate_fn"
+        )
+    if not _holds(first.dtype, pad_value):
+        raise BatchError(
+            f"field {name!r}: pad_value {pad_value!r} does not fit its {first.dtype} tensors; "
+            "padding would store another value"
         )
     lengths = torch.tensor([len(t) for t in tensors], dtype=torch.int64)
     longest = int(lengths.max())
@@ -173,11 +181,36 @@ def _pad(tensors: Sequence[torch.Tensor], pad_value: float) -> Padded:
     return Padded(values, lengths, mask)
 
 
+def _holds(dtype: torch.dtype, value: float) -> bool:
+    """Whether ``value`` is one of ``dtype``'s values: fill_ would store 1 for 1.5 in an
+    integer tensor and True for 2 in a bool one (it refuses only overflows)."""
+    if dtype.is_floating_point:  # rounded to the nearest value, as a float pad means
+        return not math.isfinite(value) or abs(value) <= torch.finfo(dtype).max
+    if dtype == torch.bool:
+        return value in (0, 1)
+    if isinstance(value, float) and not value.is_integer():
+        return False
+    info = torch.iinfo(dtype)
+    return info.min <= value <= info.max
+
+
+def _check_pad(pad: Collection[Hashable] | None, names: Sequence[Hashable]) -> None:
+    """Refuse a ``pad`` naming a field the samples lack: it would be ignored silently."""
+    if pad is None:
+        return
+    unknown = [name for name in pad if name not in names]
+    if unknown:
+        raise BatchError(
+            f"pad names {unknown[:4]}, which the samples do not have; "
+            f"their fields are {list(names)[:8]}"
+        )
+
+
 _DTYPE = operator.attrgetter("dtype")
 _SHAPE = operator.attrgetter("shape")
 
 
-def _collate_field(items: list, pad: bool | None, pad_value: float) -> Any:
+def _collate_field(name: Hashable, items: list, pad: bool | None, pad_value: float) -> Any:
     kinds = set(map(type, items))  # sets, not all(...): collate runs for every batch
     kind = kinds.pop() if len(kinds) == 1 else None
     if kind is not None and issubclass(kind, torch.Tensor):
@@ -189,8 +222,8 @@ def _collate_field(items: list, pad: bool | None, pad_value: float) -> Any:
                 if len(set(map(_SHAPE, items))) == 1:
                     raise  # the shapes agree: another error
         if pad is False:
-            raise ValueError("tensors of one field differ in shape or dtype; add it to `pad`")
-        return _pad(items, pad_value)
+            raise BatchError(f"field {name!r}: tensors differ in shape or dtype; add it to `pad`")
+        return _pad(name, items, pad_value)
     if kind in (bool, int, float):
         return torch.tensor(
             items, dtype={bool: torch.bool, int: torch.int64}.get(kind, torch.float64)
@@ -222,8 +255,12 @@ def collate(
     In a DataLoader worker the result is a dict (list) subclass that sends its small tensors
     to the main process by value (see the module docstring), where it is a plain dict (list).
     """
+    if isinstance(pad, (str, bytes)) or not (pad is None or isinstance(pad, Collection)):
+        raise TypeError(f"pad must be a collection of field names or positions, not {pad!r}")
+    if isinstance(pad_value, complex) or not isinstance(pad_value, (int, float)):
+        raise TypeError(f"pad_value must be an int, float or bool, not {pad_value!r}")
     if not batch:
-        raise ValueError("cannot collate an empty batch")
+        raise BatchError("cannot collate an empty batch")
     if isinstance(batch, BatchSamples):
         out = batch.collated(pad, pad_value)
     else:
@@ -239,22 +276,25 @@ def _collate_samples(
     batch: Sequence[Any], pad: Collection[Hashable] | None, pad_value: float
 ) -> Any:
     def field(key: Hashable, items: list) -> Any:
-        return _collate_field(items, None if pad is None else key in pad, pad_value)
+        return _collate_field(key, items, None if pad is None else key in pad, pad_value)
 
     first = batch[0]
     if isinstance(first, Mapping):
         for i, sample in enumerate(batch):
             if not isinstance(sample, Mapping) or sample.keys() != first.keys():
                 keys = sorted(map(str, sample.keys())) if isinstance(sample, Mapping) else None
-                raise ValueError(
+                raise BatchError(
                     f"sample {i} of the batch has fields {keys}, sample 0 has "
                     f"{sorted(map(str, first.keys()))}"
                 )
+        _check_pad(pad, list(first))
         return {key: field(key, [s[key] for s in batch]) for key in first}
     if isinstance(first, (list, tuple)):
         if any(len(s) != len(first) for s in batch):
-            raise ValueError("samples in a batch have different numbers of fields")
+            raise BatchError("samples in a batch have different numbers of fields")
+        _check_pad(pad, range(len(first)))
         return [field(k, [s[k] for s in batch]) for k in range(len(first))]
+    _check_pad(pad, [0])
     return field(0, list(batch))
 
 
