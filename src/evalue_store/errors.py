@@ -100,9 +100,10 @@ class EncodeError(Error, ValueError):
 
 
 class BatchError(Error, ValueError):
-    """A batch that cannot be made as asked (``get_batch``): an ``out`` buffer that does not
-    fit its field or names no field, or records with different numbers of values (a batch's
-    columns are by position)."""
+    """A batch that cannot be made as asked: for ``get_batch``, an ``out`` buffer that does
+    not fit its field or names no field, or records with different numbers of values (a
+    batch's columns are by position); for the torch ``collate``, samples it cannot stack or
+    pad, or a ``pad`` or ``pad_value`` it would ignore or change."""
 
 
 class UsageError(Error, ValueError):
