@@ -23,6 +23,7 @@ import errno
 import fcntl
 import os
 import secrets
+import stat
 import sys
 from collections.abc import Iterator
 from typing import IO, Any
@@ -288,3 +289,18 @@ def atomic_file(
         raise
     if durable:
         fsync_dir(path)
+
+
+def refuse_special(path: str) -> None:
+    """A device, FIFO or socket is never replaced by a container (as root, /dev/full)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return  # a dangling link: the new file goes where it points
+    if not stat.S_ISREG(mode):
+        raise FormatError(
+            "not a regular file (a device, FIFO or socket): a Writer never replaces one",
+            None,
+            path,
+            code=NOT_A_CONTAINER,
+        )

@@ -33,6 +33,7 @@ from ..files import (
     link_new,
     new_file_mode,
     open_locked,
+    refuse_special,
     replace_held,
     replace_locked,
     same_file,
@@ -75,21 +76,6 @@ os.register_at_fork(after_in_child=_disown_writers)
 
 
 KEPT_BY_APPEND = ("alignment", "format_version", "compression")  # a file's own, fixed
-
-
-def _refuse_special(path: str) -> None:
-    """A device, FIFO or socket is never replaced by a container (as root, /dev/full)."""
-    try:
-        mode = os.stat(path).st_mode
-    except OSError:
-        return  # a dangling link: the new file goes where it points
-    if not stat.S_ISREG(mode):
-        raise FormatError(
-            "not a regular file (a device, FIFO or socket): a Writer never replaces one",
-            None,
-            path,
-            code=NOT_A_CONTAINER,
-        )
 
 
 class Writer(WriterFields, Appending):
@@ -180,7 +166,7 @@ class Writer(WriterFields, Appending):
         self._foreign = False  # inherited by a forked child: never touch the file
         _LIVE_WRITERS.add(self)
         if mode == "w" and os.path.lexists(self.path):
-            _refuse_special(self.path)  # a rename would put the new file in its place
+            refuse_special(self.path)  # a rename would put the new file in its place
             self._replace(alignment, compression, dictionary)
             return
         if mode == "x" and os.path.lexists(self.path):
@@ -191,7 +177,7 @@ class Writer(WriterFields, Appending):
             if mode == "x":  # another process created it meanwhile
                 raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), self.path)
             if mode == "w":
-                _refuse_special(self.path)
+                refuse_special(self.path)
                 self._replace(alignment, compression, dictionary)
                 return
         flags = os.O_RDWR | os.O_CREAT | (os.O_EXCL if mode != "a" else 0)
