@@ -15,6 +15,7 @@ import torch
 import evalue_store as evs
 from evalue_store.dataset.batch import GROUP_RECORDS
 from evalue_store.shards import ShardWriter
+from evalue_store.torch import EValueDataset, collate
 from tests.test_batch import assert_batch, assert_same_value, expected, flip, w1
 
 SHARD = 40  # records per shard
@@ -117,3 +118,34 @@ def test_a_damaged_record_is_named(tmp_path, many):
         assert str(single.value) == str(caught.value)
         rest = indices[:-1]
         assert_batch(sds.get_batch(rest), expected(sds, rest))
+
+
+@pytest.mark.parametrize("compression", [None, "zstd"])
+def test_shards_naming_fields_in_another_order_batch_under_their_own_names(tmp_path, compression):
+    """Two shards whose writers' first dicts had the same keys in another order (parallel
+    jobs): a batch labelled every shard's values with the first shard's names, so `label`
+    held the weights, silently, in get_batch and in every DataLoader batch (attacker
+    finding, session 14, round 19, C11). Each value now goes under its own name, as ds[i]
+    gives it; names that are not the same set are a BatchError."""
+    a, b, c = (tmp_path / f"{n}.evs" for n in "abc")
+    with evs.Writer(a, compression=compression) as w:
+        w.extend({"label": i, "weight": np.full(3, 10.0 * i)} for i in range(40))
+    with evs.Writer(b, compression=compression) as w:
+        w.extend({"weight": np.full(3, 1000.0 + i), "label": 100 + i} for i in range(40))
+    ds = evs.open_shards([a, b], as_dict=True)
+    for indices in (list(range(0, 80, 3)), list(range(40, 80)), [45, 2], list(range(80))):
+        want = [ds[i] for i in indices]
+        got = ds.get_batch(indices)
+        assert got["label"].tolist() == [r["label"] for r in want]
+        assert got["weight"].tolist() == [r["weight"].tolist() for r in want]
+        label = np.empty(len(indices), np.int64)
+        assert ds.get_batch(indices, out={"label": label})["label"] is label
+        assert label.tolist() == [r["label"] for r in want]
+        samples = EValueDataset([a, b], as_dict=True).__getitems__(indices)
+        assert collate(samples)["label"].tolist() == [r["label"] for r in want]
+    with evs.Writer(c, compression=compression) as w:
+        w.extend({"label": i, "mass": 1.0} for i in range(5))
+    mixed = evs.open_shards([a, c], as_dict=True)
+    with pytest.raises(evs.BatchError, match=r"shard 1 \(.*c.evs\) names its fields"):
+        mixed.get_batch([0, 41])
+    assert mixed.get_batch([0, 1])["label"].tolist() == [0, 1]  # shard 0 alone: fine

@@ -419,64 +419,6 @@ def get_batch(ds: Any, indices: Any, out: Out = None, new: Any = None) -> Batch:
     return name_columns(read_columns(ds, positions, alloc), names, alloc)
 
 
-def sharded_batch(sds: Any, indices: Any, out: Out = None, new: Any = None) -> Batch:
-    """``ShardedDataset.get_batch``: one batch across shards. The records of each shard
-    are read as one batch of that shard; with several shards, their columns are merged
-    (one copy more). With fewer than GROUP_RECORDS records per shard on average, the
-    records are read one by one and stacked instead."""
-    positions = indexing.many(indices, len(sds))
-    names = sds.fields
-    alloc = Allocator(len(positions), field_keys(names, out), names, new)
-    shard_of = np.searchsorted(sds.offsets, positions, side="right") - 1
-    shards = sorted(set(shard_of.tolist()))
-    if not shards:
-        return name_columns([], names, alloc)
-    if len(shards) == 1:  # (each shard is held open while read: sds.using)
-        with sds.using(shards[0]) as ds:
-            columns = read_columns(ds, positions - sds.offsets[shards[0]], alloc)
-        return name_columns(columns, names, alloc)
-    if len(positions) < GROUP_RECORDS * len(shards):  # a few records per shard: each costs
-        # less read by itself than its share of a shard's batch setup and of the merge
-        records = _one_by_one(sds, positions, shard_of)
-        return name_columns(stack_records(records, positions.tolist(), alloc), names, alloc)
-    groups, parts, allocs = [], [], []
-    for k in shards:
-        rows = np.flatnonzero(shard_of == k)
-        part = Allocator(len(rows), {}, names)
-        with sds.using(k) as ds:
-            parts.append(read_columns(ds, positions[rows] - sds.offsets[k], part))
-        groups.append(rows)
-        allocs.append(part)
-    columns = _merge(groups, parts, allocs, len(positions), alloc)
-    if columns is None:
-        widths = sorted({len(p) for p in parts})
-        raise BatchError(f"the shards' records have different numbers of values: {widths}")
-    return name_columns(columns, names, alloc)
-
-
-def _one_by_one(sds: Any, positions: np.ndarray, shard_of: np.ndarray) -> list:
-    """The records at ``positions`` (global; ``shard_of``: their shards) as value lists, in
-    that order, read shard by shard (each is open while read): from a mapped file record by
-    record through ``ds[i]``'s fast path, else together (a compressed file decompresses
-    each frame once, a remote one fetches them at once)."""
-    local = (positions - sds.offsets[shard_of]).tolist()
-    rows_of: dict[int, list[int]] = {}
-    for row, k in enumerate(shard_of.tolist()):
-        rows_of.setdefault(k, []).append(row)
-    records: list = [None] * len(positions)
-    for k, rows in rows_of.items():
-        with sds.using(k) as ds:
-            if ds._mapped is None:
-                got = ds._get_positions([local[row] for row in rows])
-            elif ds.as_dict:
-                got = [list(ds[local[row]].values()) for row in rows]
-            else:
-                got = [ds[local[row]] for row in rows]
-        for row, record in zip(rows, got):
-            records[row] = record
-    return records
-
-
 def name_columns(columns: list, names: tuple[str, ...] | None, alloc: Allocator) -> Batch:
     """The batch as returned: the caller's own ``out`` objects (a tensor stays a tensor),
     by field name when the file has names. A batch of no records has no columns: it is

@@ -23,13 +23,14 @@ from typing import Any
 
 import numpy as np
 
-from ..dataset import batch, indexing
+from ..dataset import indexing
 from ..dataset.batch import Batch, Out
 from ..dataset.indexing import Index
 from ..dataset.reader import Dataset, open_dataset
 from ..errors import CHANGED, MANIFEST, ClosedError, FormatError, UsageError
 from ..physical import remote
 from ..physical.zstd import DEFAULT_CACHE_BYTES, MAX_FRAME_SIZE
+from .batching import sharded_batch
 from .manifest import (  # noqa: F401  (re-exported: the manifest API is this module's too)
     DIRECTORY_MANIFEST,
     MANIFEST_FORMAT,
@@ -314,7 +315,7 @@ class ShardedDataset:
 
     def get_batch(self, indices: Sequence[int] | np.ndarray, *, out: Out = None) -> Batch:
         """Records ``indices`` as one batch, as ``Dataset.get_batch`` gives it."""
-        return batch.sharded_batch(self, indices, out)
+        return sharded_batch(self, indices, out)
 
     def get_many(self, indices: Sequence[int] | np.ndarray) -> list[list]:
         """Records for a list of global indices (or a boolean mask), in the order given;

@@ -32,10 +32,11 @@ except ModuleNotFoundError as exc:  # evalue_store itself never needs torch
 import torch.distributed as dist
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
-from ..dataset import batch, indexing
+from ..dataset import indexing
 from ..dataset.reader import Dataset as FileDataset
 from ..errors import BatchError, UsageError
 from ..shards import ShardedDataset, Source, open_shards
+from ..shards.batching import sharded_batch
 from .batching import BatchSamples, Columns, Padded, as_torch, as_torch_record, collate
 
 __all__ = [
@@ -135,7 +136,7 @@ class EValueDataset(Dataset):
             return [self._sample(r) for r in self.data.get_many(indices)]
         made = Columns()
         try:
-            columns = batch.sharded_batch(self.data, indices, new=made.new)
+            columns = sharded_batch(self.data, indices, new=made.new)
         except BatchError:  # (no out buffers here: only value counts that differ)
             return [self._sample(r) for r in self.data.get_many(indices)]
         items = columns.items() if isinstance(columns, dict) else enumerate(columns)
