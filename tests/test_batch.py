@@ -294,6 +294,10 @@ def test_an_empty_batch_holds_the_out_buffers(tmp_path, w1_path):
         writer.append([np.ones(3), 1])
     with evs.open(path) as ds:
         assert ds.get_batch([], out={1: labels}) == [[], labels]
+        for position in (2**70, 2**20):  # past a record's most values (FORMAT.md §4): it
+            # built a list that long (round 19, C07: memory ran out for 2**70)
+            with pytest.raises(evs.BatchError, match=f"no field at position {position}"):
+                ds.get_batch([], out={position: labels})
     path = tmp_path / "named.evs"
     with evs.Writer(path) as writer:
         writer.append(w1(0, np.random.default_rng(0)))

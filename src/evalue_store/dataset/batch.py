@@ -25,7 +25,7 @@ import numpy as np
 
 from .. import _native
 from ..checksums import NAMES
-from ..codec import compile_layout
+from ..codec import MAX_VALUES, compile_layout
 from ..codec.batch_decode import decode_batch
 from ..container import ENTRY_DTYPE, ENTRY_SIZE, FRAME_SIZE
 from ..dtypes import BFLOAT16
@@ -57,7 +57,8 @@ def field_keys(names: tuple[str, ...] | None, out: Out) -> dict[int, Any]:
             raise TypeError(f"out[{key!r}]: a field is named by a str or a position, not a bool")
         else:
             position = operator.index(key)
-            if position < 0 or (names is not None and position >= len(names)):
+            width = MAX_VALUES if names is None else len(names)  # (a record's most values)
+            if not 0 <= position < width:
                 raise BatchError(f"out[{key!r}]: no field at position {key}")
         by_position[position] = target
     return by_position
