@@ -229,6 +229,18 @@ def test_collate_refuses_pads_it_would_ignore_or_change():
     assert floats[0].values[0, 1] == torch.tensor(0.1, dtype=torch.float16)  # rounded
     padded = collate([[torch.ones(n)] for n in (1, 2)], pad_value=float("-inf"))
     assert padded[0].values[0, 1] == float("-inf")
+    # round 19 (session 14): a bool or float key named position 1; complex fields, ints past
+    # int64 and tensors of no element with a dim near 2**62 raised torch's own errors
+    for key in (True, 1.0):
+        with pytest.raises(TypeError, match="by a str or a position"):
+            collate([[torch.ones(1), torch.ones(n)] for n in (1, 2)], pad={key})
+    complex_field = collate([[torch.ones(n, dtype=torch.complex64)] for n in (1, 2)])
+    assert complex_field[0].values.tolist() == [[1, 0], [1, 1]]
+    with pytest.raises(evs.BatchError, match="field 0: torch cannot hold these values"):
+        collate([[2**63], [1]])
+    empty = torch.empty((2**62, 0), dtype=torch.uint8)
+    with pytest.raises(evs.BatchError, match="field 0: torch cannot hold these values"):
+        collate([[empty], [empty]])
 
 
 # ----------------------------------------------------------------------------- DataLoader

@@ -184,8 +184,10 @@ def _pad(name: Hashable, tensors: Sequence[torch.Tensor], pad_value: float) -> P
 def _holds(dtype: torch.dtype, value: float) -> bool:
     """Whether ``value`` is one of ``dtype``'s values: fill_ would store 1 for 1.5 in an
     integer tensor and True for 2 in a bool one (it refuses only overflows)."""
-    if dtype.is_floating_point:  # rounded to the nearest value, as a float pad means
-        return not math.isfinite(value) or abs(value) <= torch.finfo(dtype).max
+    if dtype.is_floating_point or dtype.is_complex:  # rounded to the nearest value, as a
+        # float pad means (0.1 has no exact float32 either); an overflow is refused
+        real = {torch.complex64: torch.float32, torch.complex128: torch.float64}.get(dtype)
+        return not math.isfinite(value) or abs(value) <= torch.finfo(real or dtype).max
     if dtype == torch.bool:
         return value in (0, 1)
     if isinstance(value, float) and not value.is_integer():
@@ -198,6 +200,9 @@ def _check_pad(pad: Collection[Hashable] | None, names: Sequence[Hashable]) -> N
     """Refuse a ``pad`` naming a field the samples lack: it would be ignored silently."""
     if pad is None:
         return
+    for name in pad:  # (True == 1 and 1.0 == 1: either would name position 1)
+        if isinstance(name, (bool, float, np.bool_, np.floating)):
+            raise TypeError(f"pad names a field by a str or a position, not {name!r}")
     unknown = [name for name in pad if name not in names]
     if unknown:
         raise BatchError(
@@ -213,22 +218,35 @@ _SHAPE = operator.attrgetter("shape")
 def _collate_field(name: Hashable, items: list, pad: bool | None, pad_value: float) -> Any:
     kinds = set(map(type, items))  # sets, not all(...): collate runs for every batch
     kind = kinds.pop() if len(kinds) == 1 else None
-    if kind is not None and issubclass(kind, torch.Tensor):
-        if not pad and len(set(map(_DTYPE, items))) == 1:
-            first = items[0]
-            try:  # torch.stack checks the shapes
-                return torch.stack(items, out=_empty((len(items), *first.shape), first.dtype))
-            except RuntimeError:
-                if len(set(map(_SHAPE, items))) == 1:
-                    raise  # the shapes agree: another error
-        if pad is False:
-            raise BatchError(f"field {name!r}: tensors differ in shape or dtype; add it to `pad`")
-        return _pad(name, items, pad_value)
-    if kind in (bool, int, float):
-        return torch.tensor(
-            items, dtype={bool: torch.bool, int: torch.int64}.get(kind, torch.float64)
-        )
+    try:
+        if kind is not None and issubclass(kind, torch.Tensor):
+            return _tensors(name, items, pad, pad_value)
+        if kind in (bool, int, float):
+            return torch.tensor(
+                items, dtype={bool: torch.bool, int: torch.int64}.get(kind, torch.float64)
+            )
+    except BatchError:
+        raise
+    except (RuntimeError, OverflowError, ValueError) as exc:  # torch's: its shape arithmetic
+        # (a dim near 2**62 in a tensor of no element), an int beyond int64
+        raise BatchError(
+            f"field {name!r}: torch cannot hold these values as one tensor ({exc})"
+        ) from None
     return items
+
+
+def _tensors(name: Hashable, items: list, pad: bool | None, pad_value: float) -> Any:
+    """A field of tensors: stacked, or padded (``Padded``)."""
+    if not pad and len(set(map(_DTYPE, items))) == 1:
+        first = items[0]
+        try:  # torch.stack checks the shapes
+            return torch.stack(items, out=_empty((len(items), *first.shape), first.dtype))
+        except RuntimeError:
+            if len(set(map(_SHAPE, items))) == 1:
+                raise  # the shapes agree: another error
+    if pad is False:
+        raise BatchError(f"field {name!r}: tensors differ in shape or dtype; add it to `pad`")
+    return _pad(name, items, pad_value)
 
 
 def collate(
