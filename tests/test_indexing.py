@@ -128,6 +128,11 @@ def test_wrong_kinds_raise_type_error(paths, index):
     _every_dataset_raises(paths, index, TypeError)
 
 
+def test_a_slice_step_of_zero_is_a_usage_error(paths):
+    """Python's slice.indices raised its bare ValueError (round 19 remark, session 14)."""
+    _every_dataset_raises(paths, slice(None, None, 0), evs.UsageError)
+
+
 OUT_OF_RANGE = [
     N,
     -N - 1,

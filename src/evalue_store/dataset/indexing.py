@@ -17,6 +17,8 @@ from typing import Any, Union
 
 import numpy as np
 
+from ..errors import UsageError
+
 Index = Union[int, slice, Sequence[int], np.ndarray]
 Positions = Union[int, range, np.ndarray]
 
@@ -52,6 +54,8 @@ def normalize(index: Any, n: int) -> Positions:
             return range(*index.indices(n))
         except TypeError:
             raise TypeError(f"slice bounds must be integers or None: {index!r}") from None
+        except ValueError:  # Python's own for a step of 0: one family, as other refusals
+            raise UsageError(f"a slice's step cannot be 0: {index!r}") from None
     ndim = getattr(index, "ndim", None)
     if ndim == 0 or (ndim is None and not _is_sequence(index)):
         if _is_bool(index):
