@@ -531,3 +531,14 @@ def test_getitems_refuses_bools_as_ds_true_does(tmp_path, indices):
         with pytest.raises(TypeError, match="a bool is not a record index"):
             next(iter(loader))
     assert ds.__getitems__([np.int64(3), 0])[0][1] == 3  # integers of any kind still are
+
+
+def test_java_big_endian_tensors_become_tensors():
+    """evalue_store.java gives tensors in Java's byte order (big-endian), which
+    torch.from_numpy refuses: as_torch raised its ValueError (round 19 remark, session 14)."""
+    for array in (np.arange(6, dtype=np.float32).reshape(2, 3), np.arange(-2, 2, dtype=np.int64)):
+        loaded = evs.java.loads(evs.java.dumps(array))
+        assert not loaded.dtype.isnative
+        tensor = as_torch(loaded)
+        assert tensor.dtype == torch.from_numpy(array).dtype
+        assert torch.equal(tensor, torch.from_numpy(array))

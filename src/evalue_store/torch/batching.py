@@ -38,9 +38,13 @@ def as_torch(value: Any) -> Any:
     shares: big ones without a copy (``evalue_store.buffers.private``), small ones copied.
 
     Tensor lists (ListTensor, ListOptionalTensor) become lists of tensors (None kept);
-    every other kind is returned as is.
+    every other kind is returned as is. A big-endian array (``evalue_store.java``'s) is
+    copied into native byte order, which torch needs.
     """
     if isinstance(value, np.ndarray):
+        if not value.dtype.isnative:  # Java's big-endian tensors (evalue_store.java): torch
+            # takes native byte order only; the copy is private already
+            value = value.astype(value.dtype.newbyteorder("="))
         value = private(value)  # writable, and no later read shares its memory
         if value.dtype == BFLOAT16:
             return torch.from_numpy(value.view(np.int16)).view(torch.bfloat16)
