@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 import struct
 import subprocess
 import sys
@@ -76,3 +77,37 @@ def test_pack_names_a_jsonl_line_nested_too_deep(tmp_path):
     assert p.returncode == 2, p.stderr
     assert "internal error" not in p.stderr and "RecursionError" not in p.stderr, p.stderr
     assert "deep.jsonl" in p.stderr and "line 2" in p.stderr, p.stderr
+
+
+def _limit_memory() -> None:
+    """preexec_fn: 2 GiB of address space, so that a read without end fails fast."""
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+
+
+def _pack(cwd, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "evalue_store", "pack", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=_limit_memory,
+    )
+
+
+@pytest.mark.parametrize("name", ["z.bin", "z.jsonl"])
+def test_pack_refuses_a_device_input(tmp_path, name):
+    """CLI.md: "An input pack cannot read is named with what is wrong with it"; info and
+    copy refuse what is not a regular file. pack of z.bin (or z.jsonl), a link to /dev/zero,
+    read without end instead: "internal error MemoryError" under a 2 GiB address limit, the
+    OOM killer without one. It is refused on the opened descriptor, before any read."""
+    if not os.path.exists("/dev/zero"):
+        pytest.skip("no /dev/zero")
+    os.symlink("/dev/zero", tmp_path / name)
+    p = _pack(tmp_path, name, "-o", "x.evs")
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    assert f"{name}: cannot read: not a regular file (a device)" in p.stderr, p.stderr
+    assert "internal error" not in p.stderr
+    assert sorted(os.listdir(tmp_path)) == [name]

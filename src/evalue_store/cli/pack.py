@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import glob
+import io
 import json
 import math
 import os
@@ -23,6 +24,7 @@ import evalue_store as evs
 from .. import java
 from ..dataset.fields import FIELDS_KEY
 from ..files import fsync_dir
+from .inputs import open_input
 from .output import new_file, output_writer, refuse_input, refuse_overwrite
 from .registry import command, file_arg, format_version_arg, json_object
 from .render import (
@@ -40,7 +42,8 @@ from .render import (
     progress,
 )
 
-# An input yields (where, record); ``where`` names the file (and line) for error messages.
+# An input, read from its open file, yields (where, record); ``where`` names the file (and
+# line) for error messages.
 Source = Iterator[tuple[str, list]]
 PACK_SUFFIXES = (".npz", ".npy", ".jsonl", ".ndjson", ".bin")
 FLOAT_DTYPES = ("float16", "float32", "float64", "bfloat16")
@@ -62,18 +65,18 @@ def scalar_or_array(array: np.ndarray) -> Any:
     return array.item()
 
 
-def numpy_file(path: str, magic: bytes, what: str) -> None:
+def numpy_file(f: BinaryIO, path: str, magic: bytes, what: str) -> None:
     """Check a file's first bytes: np.load takes anything else for a pickle and says so."""
-    with open(path, "rb") as f:
-        head = f.read(len(magic))
+    head = f.read(len(magic))
+    f.seek(0)
     if head != magic:
         raise CliError(path, f"cannot read: {'empty file' if not head else 'not ' + what}")
 
 
-def npz_source(path: str, args: argparse.Namespace, fields: Counter) -> Source:
+def npz_source(f: BinaryIO, path: str, args: argparse.Namespace, fields: Counter) -> Source:
     """One record per .npz file: its arrays in the order they are stored in the archive."""
-    numpy_file(path, b"PK", "a .npz file (a zip archive of .npy arrays)")
-    with np.load(path, allow_pickle=False) as npz:
+    numpy_file(f, path, b"PK", "a .npz file (a zip archive of .npy arrays)")
+    with np.load(f, allow_pickle=False) as npz:
         # By member name: numpy's key "a.npy" may mean the member of "a" or of "a.npy".
         members = npz.zip.namelist()
         for name in members:
@@ -103,11 +106,11 @@ def check_npy_size(f: BinaryIO, size: int, where: str = "") -> None:
         )
 
 
-def npy_source(path: str, args: argparse.Namespace, fields: Counter) -> Source:
-    numpy_file(path, b"\x93NUMPY", "a .npy file")
-    with open(path, "rb") as f:
-        check_npy_size(f, os.fstat(f.fileno()).st_size)
-    yield path, [scalar_or_array(np.load(path, allow_pickle=False))]
+def npy_source(f: BinaryIO, path: str, args: argparse.Namespace, fields: Counter) -> Source:
+    numpy_file(f, path, b"\x93NUMPY", "a .npy file")
+    check_npy_size(f, os.fstat(f.fileno()).st_size)
+    f.seek(0)
+    yield path, [scalar_or_array(np.load(f, allow_pickle=False))]
 
 
 def json_tensor(items: list, dtype: str) -> np.ndarray:
@@ -144,9 +147,9 @@ def json_value(value: Any, dtype: str) -> Any:
     return value
 
 
-def jsonl_source(path: str, args: argparse.Namespace, fields: Counter) -> Source:
+def jsonl_source(f: BinaryIO, path: str, args: argparse.Namespace, fields: Counter) -> Source:
     """One record per non-blank line; each line a JSON list of values."""
-    with open(path, encoding="utf-8") as lines:
+    with io.TextIOWrapper(f, encoding="utf-8") as lines:
         for number, line in enumerate(lines, 1):
             if not line.strip():
                 continue
@@ -168,18 +171,16 @@ def jsonl_source(path: str, args: argparse.Namespace, fields: Counter) -> Source
             yield where, record
 
 
-def java_source(path: str, args: argparse.Namespace, fields: Counter) -> Source:
+def java_source(f: BinaryIO, path: str, args: argparse.Namespace, fields: Counter) -> Source:
     """One Java ``EValue[]`` record (EVJ1 framing) per .bin file."""
-    with open(path, "rb") as f:
-        data = f.read()
     try:
-        record = java.loads_record(data)
+        record = java.loads_record(f.read())
     except evs.FormatError as exc:
         raise CliError(path, f"not an EVJ1 record: {located(exc)}") from None
     yield path, record
 
 
-SOURCES: dict[str, Callable[[str, argparse.Namespace, Counter], Source]] = {
+SOURCES: dict[str, Callable[[BinaryIO, str, argparse.Namespace, Counter], Source]] = {
     ".npz": npz_source,
     ".npy": npy_source,
     ".jsonl": jsonl_source,
@@ -241,12 +242,13 @@ def pack_files(files: list[str], args: argparse.Namespace) -> tuple[int, int]:
                 for path in files:
                     source = SOURCES[os.path.splitext(path)[1].lower()]
                     try:
-                        for where, record in source(path, args, fields):
-                            try:
-                                writer.append(record)
-                            except evs.EncodeError as exc:
-                                raise CliError(where, str(exc)) from None
-                            written += 1
+                        with open_input(path) as f:
+                            for where, record in source(f, path, args, fields):
+                                try:
+                                    writer.append(record)
+                                except evs.EncodeError as exc:
+                                    raise CliError(where, str(exc)) from None
+                                written += 1
                     except (ValueError, EOFError, zipfile.BadZipFile) as exc:
                         if "allow_pickle" in str(exc):  # numpy's advice is for its own API
                             exc = ValueError("holds Python objects, which pack never unpickles")
