@@ -111,3 +111,50 @@ def test_pack_refuses_a_device_input(tmp_path, name):
     assert f"{name}: cannot read: not a regular file (a device)" in p.stderr, p.stderr
     assert "internal error" not in p.stderr
     assert sorted(os.listdir(tmp_path)) == [name]
+
+
+@pytest.mark.parametrize("name", ["a.jsonl", "a.npz", "a.npy", "a.bin"])
+def test_pack_refuses_a_fifo_input_without_waiting(tmp_path, name):
+    """info, copy and verify refuse a FIFO at once ("not a regular file (a FIFO)", exit 2);
+    pack of a FIFO named a.jsonl (.npz, .npy, .bin) waited in open() forever for a writer."""
+    os.mkfifo(tmp_path / name)
+    p = _pack(tmp_path, name, "-o", "x.evs")  # a hang ends in TimeoutExpired
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    assert f"{name}: cannot read: not a regular file (a FIFO)" in p.stderr, p.stderr
+    assert sorted(os.listdir(tmp_path)) == [name]
+
+
+def test_pack_opens_an_input_without_waiting_and_checks_what_it_opened(tmp_path):
+    """The refusal holds on the opened descriptor too (a file swapped for a FIFO after the
+    folder walk): open_input opens with O_NONBLOCK, so a FIFO cannot block it."""
+    os.mkfifo(tmp_path / "a.npz")
+    script = (
+        "import sys\n"
+        "from evalue_store.cli.inputs import open_input\n"
+        "from evalue_store.cli.render import CliError\n"
+        "try:\n"
+        "    with open_input(sys.argv[1]): pass\n"
+        "except CliError as exc:\n"
+        "    print(exc.where, exc.message)\n"
+    )
+    p = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "a.npz")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert "a.npz cannot read: not a regular file (a FIFO)" in p.stdout, (p.stdout, p.stderr)
+
+
+def test_pack_folder_walk_names_what_it_skips_truly(tmp_path):
+    """The folder walk skipped a FIFO named a.npz with the note "skipped 1 file not
+    .npz/.npy/...", which it is by name; it is skipped because it is not a regular file."""
+    src = tmp_path / "in"
+    src.mkdir()
+    os.mkfifo(src / "a.npz")
+    (src / "r.jsonl").write_text("[1]\n")
+    (src / "notes.txt").write_text("")
+    p = _pack(tmp_path, "in", "-o", "x.evs")
+    assert p.returncode == 0, p.stderr
+    assert "skipped 1 file not .npz/" in p.stderr, p.stderr  # notes.txt
+    assert f"skipped 1 file not regular ({os.path.join('in', 'a.npz')}: a FIFO)" in p.stderr

@@ -32,6 +32,14 @@ def special_kind(mode: int) -> str | None:
     return "a special file"
 
 
+def kind_of(path: str) -> str:
+    """What ``path`` names, for a note on a file the folder walk leaves out."""
+    try:
+        return special_kind(os.stat(path).st_mode) or "a regular file"
+    except OSError:
+        return "a dangling link" if os.path.islink(path) else "gone"
+
+
 def not_regular(path: str, kind: str) -> CliError:
     """The refusal of the input ``path``, which is ``kind`` ("a FIFO"...)."""
     return CliError(path, f"cannot read: not a regular file ({kind}); pack reads files only")
@@ -39,8 +47,11 @@ def not_regular(path: str, kind: str) -> CliError:
 
 @contextmanager
 def open_input(path: str) -> Iterator[BinaryIO]:
-    """``path`` opened for binary reading, refused unless the open file is a regular one."""
-    flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
+    """``path`` opened for binary reading, refused unless the open file is a regular one.
+    The open does not wait (O_NONBLOCK: a FIFO without a writer would block in open(2));
+    the flag is cleared once the file is known to be regular."""
+    nonblock = getattr(os, "O_NONBLOCK", 0)
+    flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | nonblock
     try:
         fd = os.open(path, flags)
     except OSError as exc:
@@ -51,6 +62,8 @@ def open_input(path: str) -> Iterator[BinaryIO]:
         kind = special_kind(os.fstat(fd).st_mode)
         if kind is not None:
             raise not_regular(path, kind)
+        if nonblock:
+            os.set_blocking(fd, True)
         f = os.fdopen(fd, "rb")
     except BaseException:
         os.close(fd)

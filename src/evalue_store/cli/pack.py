@@ -24,7 +24,7 @@ import evalue_store as evs
 from .. import java
 from ..dataset.fields import FIELDS_KEY
 from ..files import fsync_dir
-from .inputs import open_input
+from .inputs import kind_of, not_regular, open_input, special_kind
 from .output import new_file, output_writer, refuse_input, refuse_overwrite
 from .registry import command, file_arg, format_version_arg, json_object
 from .render import (
@@ -197,6 +197,7 @@ def natural_key(text: str) -> list[tuple[int, Any]]:
 def expand_inputs(args: argparse.Namespace) -> list[str]:
     """Files to pack, in order: arguments as given; directories and globs naturally sorted."""
     files: list[str] = []
+    special: list[str] = []
     skipped = 0
     for arg in args.sources:
         if os.path.isdir(arg):
@@ -206,6 +207,9 @@ def expand_inputs(args: argparse.Namespace) -> list[str]:
         elif os.path.exists(arg):
             if not arg.lower().endswith(PACK_SUFFIXES):
                 raise CliError(arg, f"unknown input type; pack reads {', '.join(PACK_SUFFIXES)}")
+            kind = special_kind(os.stat(arg).st_mode)
+            if kind is not None:  # before any work (open_input checks again)
+                raise not_regular(arg, kind)
             files.append(arg)
             continue
         else:
@@ -215,11 +219,16 @@ def expand_inputs(args: argparse.Namespace) -> list[str]:
         found.sort(
             key=lambda p: natural_key(os.path.relpath(p, arg if os.path.isdir(arg) else "."))
         )
-        usable = [p for p in found if os.path.isfile(p) and p.lower().endswith(PACK_SUFFIXES)]
-        skipped += len(found) - len(usable)
+        named = [p for p in found if p.lower().endswith(PACK_SUFFIXES)]
+        usable = [p for p in named if os.path.isfile(p)]
+        skipped += len(found) - len(named)
+        special += [p for p in named if not os.path.isfile(p)]
         files += usable
     if skipped:
         note(args, f"{PROG}: skipped {plural(skipped, 'file')} not {'/'.join(PACK_SUFFIXES)}")
+    if special:  # FIFOs, devices, sockets, dangling links: named by type, not by suffix
+        first = f"{special[0]}: {kind_of(special[0])}"
+        note(args, f"{PROG}: skipped {plural(len(special), 'file')} not regular ({first})")
     if not files:
         raise CliError(None, f"no input files to pack (it reads {', '.join(PACK_SUFFIXES)})")
     return files
