@@ -158,3 +158,24 @@ def test_pack_folder_walk_names_what_it_skips_truly(tmp_path):
     assert p.returncode == 0, p.stderr
     assert "skipped 1 file not .npz/" in p.stderr, p.stderr  # notes.txt
     assert f"skipped 1 file not regular ({os.path.join('in', 'a.npz')}: a FIFO)" in p.stderr
+
+
+@pytest.mark.parametrize("version", [b"\x02\x00", b"\x03\x00"], ids=["2.0", "3.0"])
+@pytest.mark.parametrize("kind", ["npy", "npz"])
+def test_pack_does_not_allocate_what_an_npy_header_length_claims(tmp_path, version, kind):
+    """A 13-byte .npy of format 2.0 (or 3.0) whose header-length field says 0xffffffff made
+    numpy allocate 4 GiB for the header before reading it: "internal error MemoryError"
+    under a 2 GiB address limit, naming nothing. The same bytes in an .npz already got
+    "cannot read: EOF: ..."; both now name the file and the claim."""
+    data = b"\x93NUMPY" + version + struct.pack("<I", 0xFFFFFFFF) + b"{"
+    if kind == "npy":
+        (tmp_path / "hlen.npy").write_bytes(data)
+    else:
+        with zipfile.ZipFile(tmp_path / "hlen.npz", "w") as z:
+            z.writestr("x.npy", data)
+    p = _pack(tmp_path, f"hlen.{kind}", "-o", "x.evs")
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    assert "internal error" not in p.stderr, p.stderr
+    assert f"hlen.{kind}: cannot read: " in p.stderr, p.stderr
+    assert "header length field says 4,294,967,295 bytes; there are 1 after it" in p.stderr
+    assert sorted(os.listdir(tmp_path)) == [f"hlen.{kind}"]

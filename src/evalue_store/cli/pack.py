@@ -92,8 +92,19 @@ def npz_source(f: BinaryIO, path: str, args: argparse.Namespace, fields: Counter
 
 def check_npy_size(f: BinaryIO, size: int, where: str = "") -> None:
     """Refuse an array whose header claims more data than the ``size`` bytes there are:
-    numpy allocates what the header says before reading (ValueError)."""
+    numpy allocates what the header says before reading (ValueError). The header's own
+    length is checked first: numpy reads that many bytes before it applies its cap (10,000
+    characters), so a 13-byte file claiming a 4 GiB header would be a 4 GiB read."""
     version = np.lib.format.read_magic(f)
+    start = f.tell()
+    field = f.read(2 if version == (1, 0) else 4)  # 1.0: u2; 2.0 and 3.0: u4, little-endian
+    f.seek(start)
+    header = int.from_bytes(field, "little")
+    if header > size - start - len(field):
+        raise ValueError(
+            f"{where}its header length field says {header:,} bytes; "
+            f"there are {max(size - start - len(field), 0):,} after it"
+        )
     read_header = np.lib.format.read_array_header_1_0
     if version != (1, 0):
         read_header = np.lib.format.read_array_header_2_0
