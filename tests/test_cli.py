@@ -1218,6 +1218,44 @@ def test_outputs_in_missing_folders_folders_and_files(packed, tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["samples", "train.evs"]
 
 
+def _cannot_create(path: str) -> bool:
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL))
+    except OSError:
+        return os.path.isdir(os.path.dirname(path))
+    os.unlink(path)
+    return False
+
+
+def test_out_errors_name_out_never_its_temporary_file(packed, tmp_path):
+    """CLI.md: "OUT's folder must exist (`no such folder ...`, exit 2, before any work)".
+    An OUT that is a link into a missing folder, or a name ending in '/', got
+    "<...>.partial: No such file or directory", naming a temporary file the user never
+    asked for; so did any error creating the temporary file (a read-only filesystem)."""
+    out, _ = packed
+    (tmp_path / "r.jsonl").write_text("[1, 2]\n")
+    os.symlink("nowhere/x.evs", tmp_path / "link.evs")
+    link, nowhere = tmp_path / "link.evs", tmp_path / "nowhere"
+    for args in (
+        ["copy", out],
+        ["merge", out],
+        ["compress", out],
+        ["pack", tmp_path / "r.jsonl"],
+        ["pack", tmp_path / "r.jsonl", "--append"],
+    ):
+        error = run(*args, "-o", link, code=2, inprocess=True).stderr
+        assert f"{link}: no such folder {nowhere} (the link leads to {nowhere}/x.evs)" in error
+        assert ".partial" not in error, error
+    for name in ("out2.evs/", "nowhere/.."):  # pathlib would drop the '/'
+        error = run("copy", out, "-o", f"{tmp_path}/{name}", code=2, inprocess=True).stderr
+        assert "names a folder" in error and ".partial" not in error, error
+    assert sorted(os.listdir(tmp_path)) == ["link.evs", "r.jsonl", "samples", "train.evs"]
+    if _cannot_create("/sys/x.evs"):  # sysfs: EACCES, even for root
+        error = run("copy", out, "-o", "/sys/x.evs", code=2, inprocess=True).stderr
+        assert error.startswith("evalue-store: /sys/x.evs: "), error
+        assert ".partial" not in error, error
+
+
 def test_encode_errors_say_what_is_wrong_and_what_to_do(tmp_path):
     with evs.Writer(tmp_path / "e.evs") as w:
         for value, message in (

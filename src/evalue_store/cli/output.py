@@ -35,15 +35,26 @@ def check_output(path: str) -> None:
     """An output's folder must exist (the errors would otherwise name the temporary file),
     and an existing output must be a regular file: outputs are replaced by a rename, which
     would put a file in place of a device (as root, /dev/full), a FIFO or a socket, and
-    reading one to see whether it is a container could wait forever."""
+    reading one to see whether it is a container could wait forever. An OUT that is a
+    dangling link is written where the link leads, whose folder must exist too."""
+    if not path:
+        raise CliError('""', "no file name given")
     folder = os.path.dirname(os.path.abspath(path))
-    if not path or not os.path.isdir(folder):
-        raise CliError(path or '""', f"no such folder {folder}" if path else "no file name given")
+    if not os.path.isdir(folder):
+        raise CliError(path, f"no such folder {folder}")
     if os.path.isdir(path):
         raise CliError(path, "is a directory; give a file name")
+    if os.path.basename(path) in ("", ".", ".."):  # out.evs/: the temporary name would be in it
+        end = os.path.basename(path) or "/"
+        raise CliError(path, f"names a folder (it ends in '{end}'), not a file; give a file name")
     try:
         mode = os.stat(path).st_mode
     except OSError:
+        target = os.path.realpath(path)
+        if os.path.islink(path) and not os.path.isdir(os.path.dirname(target)):
+            raise CliError(
+                path, f"no such folder {os.path.dirname(target)} (the link leads to {target})"
+            ) from None
         return  # none yet (or a dangling link: the rename decides)
     if not stat.S_ISREG(mode):
         raise CliError(path, "is not a regular file (a device, FIFO or socket); give a file name")
@@ -154,6 +165,10 @@ def replacing(path: str, *, clobber: bool = True, durable: bool = True) -> Itera
             os.unlink(temp)
         if isinstance(exc, OSError) and exc.errno in OUT_OF_SPACE and exc.filename is None:
             raise CliError(path, exc.strerror or str(exc)) from None  # not the input's fault
+        if isinstance(exc, OSError) and temp in (exc.filename, exc.filename2):
+            # the temporary name is no name the user gave: OUT is (a read-only filesystem,
+            # a folder removed meanwhile, no permission)
+            raise CliError(path, exc.strerror or str(exc)) from None
         raise
 
 
