@@ -1218,6 +1218,41 @@ def test_outputs_in_missing_folders_folders_and_files(packed, tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["samples", "train.evs"]
 
 
+def test_out_names_near_name_max_can_be_written(packed, tmp_path):
+    """A legal OUT name near NAME_MAX (255 bytes) could never be written: its temporary name
+    OUT.<pid>-<random>.partial (and the library's .NAME.<random>.new) passed the limit,
+    "x...x.evs.123-abcdef.partial: File name too long". The temporary names now cut a long
+    name and add a hash of it, keeping their start and end (CLI.md: leftovers are
+    recognisable as OUT's *.partial)."""
+    out, records = packed
+    (tmp_path / "r.jsonl").write_text("[1, 2]\n")
+    limit = os.pathconf(tmp_path, "PC_NAME_MAX")
+    for base in ("x" * (limit - 10) + ".evs", "é" * ((limit - 4) // 2) + ".evs"):
+        assert len(base.encode()) <= limit
+        long = tmp_path / base
+        run("copy", out, "-o", long, inprocess=True)
+        assert len(evs.open(long)) == len(records)
+        run("compress", long, "-o", long, "--force", inprocess=True)
+        long.unlink()
+        run("pack", tmp_path / "r.jsonl", "-o", long, inprocess=True)
+        run("pack", tmp_path / "r.jsonl", "-o", long, "--append", inprocess=True)
+        assert evs.open(long)[1] == [1, 2]
+        long.unlink()
+        with evs.Writer(long) as w:  # the library's own temporary name
+            w.append([1])
+        long.unlink()
+        from evalue_store.files import temp_name  # imported here: the runs come first
+
+        for prefix, suffix in (("", ".1234567-abcdef.partial"), (".", ".0123456789ab.new")):
+            temp = os.path.basename(temp_name(str(long), prefix, suffix))
+            assert len(temp.encode()) <= limit and temp.endswith(suffix), temp
+            assert temp.startswith(prefix + base[:100]), temp
+            other = temp_name(str(tmp_path / (base[:-5] + "y.evs")), prefix, suffix)
+            assert os.path.basename(other) != temp
+    assert sorted(os.listdir(tmp_path)) == ["r.jsonl", "samples", "train.evs"]
+    assert temp_name(str(out), "", ".1-ab.partial") == f"{out}.1-ab.partial"  # as it was
+
+
 def _cannot_create(path: str) -> bool:
     try:
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL))

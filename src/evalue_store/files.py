@@ -21,6 +21,7 @@ import contextlib
 import ctypes
 import errno
 import fcntl
+import hashlib
 import os
 import secrets
 import stat
@@ -166,6 +167,40 @@ def new_file_mode() -> int:
     return 0o644 & ~mask
 
 
+def name_max(directory: str) -> int:
+    """The longest file name, in bytes, that ``directory`` takes (255 where it cannot say)."""
+    try:
+        return os.pathconf(directory or ".", "PC_NAME_MAX")
+    except (OSError, ValueError, AttributeError):
+        return 255
+
+
+def temp_name(path: str, prefix: str, suffix: str) -> str:
+    """``prefix`` + ``path``'s name + ``suffix``, beside ``path``: a temporary name for it.
+
+    When that is longer than the folder takes (NAME_MAX, 255 bytes on most filesystems), so
+    that an OUT of a legal name near the limit could never be written, ``path``'s name is
+    cut to fit and ``~`` with 8 hex digits of its SHA-256 follows the cut: the temporary
+    name still starts with ``prefix`` and the start of ``path``'s name, ends in ``suffix``,
+    and differs for two long names that start alike."""
+    directory, base = os.path.split(path)
+    name = prefix + base + suffix
+    limit = name_max(directory)
+    if len(os.fsencode(name)) <= limit:
+        return os.path.join(directory, name)
+    mark = "~" + hashlib.sha256(os.fsencode(base)).hexdigest()[:8]
+    room = limit - len(os.fsencode(prefix + mark + suffix))
+    if room < 1:
+        raise OSError(errno.ENAMETOOLONG, os.strerror(errno.ENAMETOOLONG), path)
+    kept, used = "", 0
+    for char in base:  # whole characters only: a cut UTF-8 sequence is no text
+        used += len(os.fsencode(char))
+        if used > room:
+            break
+        kept += char
+    return os.path.join(directory, prefix + kept + mark + suffix)
+
+
 def create_temp(path: str, mode: int) -> tuple[int, str]:
     """A new, empty file beside ``path`` (same filesystem, so a rename can replace ``path``
     with it), with permission bits ``mode``, opened read-write and locked: (fd, its name).
@@ -173,10 +208,10 @@ def create_temp(path: str, mode: int) -> tuple[int, str]:
     The name is chosen before the file is made, so an interrupt that arrives as open(2)
     returns (when the descriptor is not ours yet) still removes the file: O_EXCL means a
     file of that name that exists then is the one this call made."""
-    directory = os.path.dirname(os.path.abspath(path))
+    beside = os.path.abspath(path)
     flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
     for _ in range(100):
-        temp = os.path.join(directory, f".{os.path.basename(path)}.{secrets.token_hex(6)}.new")
+        temp = temp_name(beside, ".", f".{secrets.token_hex(6)}.new")
         try:
             fd = os.open(temp, flags, 0o600)
         except FileExistsError:

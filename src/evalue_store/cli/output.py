@@ -16,7 +16,7 @@ from typing import Any, BinaryIO
 import evalue_store as evs
 
 from ..container import MAGIC
-from ..files import fsync_dir, open_locked, replace_held, replace_locked
+from ..files import fsync_dir, open_locked, replace_held, replace_locked, temp_name
 from ..physical.zstd import is_compressed
 from .render import PROG, CliError
 
@@ -129,7 +129,7 @@ def replacing(path: str, *, clobber: bool = True, durable: bool = True) -> Itera
     # appends to it), else the link would become a copy and the file keep its old records.
     # Without clobber a link is never followed.
     target = os.path.realpath(path) if clobber and os.path.islink(path) else path
-    temp = f"{target}.{os.getpid()}-{secrets.token_hex(3)}.partial"
+    temp = temp_name(target, "", f".{os.getpid()}-{secrets.token_hex(3)}.partial")
     try:
         yield temp
         if clobber:
