@@ -23,6 +23,7 @@ setup(
                 "src/evalue_store/_native_zstd_frame.cc",
                 "src/evalue_store/_native_zstd_checks.cc",
                 "src/evalue_store/_native_gather.cc",
+                "src/evalue_store/_native_readonly.cc",
                 "cpp/src/crc.cc",
             ],
             depends=sorted(glob.glob("src/evalue_store/_native*.h")),  # rebuilt when one changes

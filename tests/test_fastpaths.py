@@ -12,7 +12,6 @@ reads record by record. Damaged records must fail at the same record with the sa
 
 from __future__ import annotations
 
-import mmap
 import struct
 import subprocess
 import sys
@@ -24,6 +23,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import evalue_store as evs
+from evalue_store.buffers import FileMap
 from evalue_store.codec import decode_payload
 from evalue_store.container import ENTRY_SIZE, FRAME_SIZE, crc32c
 from evalue_store.dtypes import CODE_TO_DTYPE
@@ -54,7 +54,7 @@ def in_mapping(array: np.ndarray) -> bool:
         base = base.base
     if isinstance(base, memoryview):
         base = base.obj
-    return isinstance(base, mmap.mmap)
+    return isinstance(base, FileMap)
 
 
 def reference(path) -> list[list]:

@@ -84,6 +84,50 @@ def test_numpy_arrays_are_read_only(files, source):
     assert ds.verify().ok
 
 
+def _exporters(value):
+    """``value`` and what Python reaches from it through ``.base`` and ``memoryview.obj``."""
+    seen = []
+    while value is not None and not any(value is s for s in seen):
+        seen.append(value)
+        if isinstance(value, np.ndarray):
+            value = value.base
+        elif isinstance(value, memoryview):
+            value = value.obj
+        else:
+            value = None
+    return seen
+
+
+@pytest.mark.parametrize("source", SOURCES)
+def test_nothing_a_read_returns_leads_to_a_writable_buffer(files, source):
+    # Attack c08: a.base.obj of a mapped file's array was the mapping (a mmap.mmap), whose
+    # writable buffer np.frombuffer wrote into from pure Python: ds[i] then returned the
+    # change. A scan of a compressed file's small frames did the same through the numpy
+    # array it decompressed into (the next record of the scan, the next scan's first).
+    ds = _open(files, source, verify=False)
+    scan = iter(ds)
+    reads = [ds[1], ds[[1]][0], ds[0:2][1], next(scan), [ds.raw(1)]]
+    reached = []
+    for value in [v for record in reads for v in record]:
+        for obj in _exporters(value):
+            try:
+                raw = np.frombuffer(obj, np.uint8)
+            except (TypeError, ValueError):  # not a buffer, or an empty one
+                continue
+            assert not raw.flags.writeable, type(obj)
+            with pytest.raises((ValueError, BufferError)):
+                raw.flags.writeable = True
+            with pytest.raises(TypeError, match="read-only"):
+                memoryview(obj).cast("B")[:1] = b"x"  # (raises before writing)
+            reached.append(obj)
+    assert reached  # the walk did reach the buffers
+    for got, want in zip(scan, _written(ds)[1:]):  # the rest of the scan, then all again
+        for g, w in zip(got, want):
+            assert g.tobytes() == w.tobytes() if isinstance(w, np.ndarray) else g == w
+    _same_as_written(ds)
+    assert ds.verify().ok
+
+
 @pytest.mark.parametrize("verify", [True, False])
 @pytest.mark.parametrize("source", SOURCES)
 def test_in_place_change_of_torch_tensors_reaches_no_later_read(files, source, verify):

@@ -228,6 +228,7 @@ PyMethodDef methods[] = {
 int exec_module(PyObject* module) {
   if (evalue_store_native::add_zstd(module) < 0) return -1;  // ZstdGet: _native_zstd.cc
   if (evalue_store_native::add_gather(module) < 0) return -1;  // _native_gather.cc
+  if (evalue_store_native::add_read_only(module) < 0) return -1;  // _native_readonly.cc
   // Build the tables now, under the import lock, so that no thread (and no child forked
   // while another thread computes) ever waits on their one-time initialisation.
   static const uint8_t zeros[64] = {};

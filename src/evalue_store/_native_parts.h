@@ -51,6 +51,10 @@ bool int64_values(PyObject* obj, const char* name, std::vector<int64_t>* out, in
 // _native_gather.cc: locate_batch (a compressed file's batch of records, in their frames).
 int add_gather(PyObject* module);
 
+// _native_readonly.cc: the types FileMap (a plain file's private mapping) and ReadOnly (a
+// filled buffer), both exported read-only.
+int add_read_only(PyObject* module);
+
 // A record's frame header (docs/FORMAT.md): magic (4), crc32 (4), payload length (8); an
 // index entry: offset (8), length (8), crc (4), reserved (4). Little-endian.
 constexpr int64_t kFrameSize = 16;

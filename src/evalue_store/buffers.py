@@ -3,7 +3,10 @@
 Every array a read returns is a read-only view (``flags.writeable`` is False and cannot be
 set) of memory that later reads reuse: the file mapping, or a cached decompressed frame. A
 write into it would change what later reads return and, with ``verify=True``, look like a
-damaged file; read-only views make such a write raise ``ValueError`` instead.
+damaged file; read-only views make such a write raise ``ValueError`` instead. What
+Python reaches from them (``a.base``, ``memoryview.obj``) exports read-only buffers too:
+the mapping is a ``FileMap``, a frame the compiled path decompressed a ``ZstdFrame``,
+any other buffer a source filled a ``ReadOnly`` (``read_only``; all in ``_native``).
 
 The torch adapter needs writable tensors (``torch.from_numpy`` warns about read-only arrays,
 and transforms modify tensors in place), so ``private`` gives each array a writable twin
@@ -22,11 +25,17 @@ whose memory no later read shares:
 from __future__ import annotations
 
 import mmap
-import os
-import weakref
 from typing import Any
 
 import numpy as np
+
+from ._native import FileMap
+from ._native import read_only as read_only
+
+# read_only(buffer) -> memoryview: a read-only view of ``buffer`` (contiguous bytes the
+# library filled: a pread, a decompressed or assembled frame) whose exporter is a
+# ``_native.ReadOnly``: unlike ``memoryview(buffer).toreadonly()``, nothing reachable from it
+# (``.obj``) exports the bytes writable, so no write from Python reaches later reads.
 
 MAP_BYTES = 1 << 20  # arrays at least this big get a private mapping instead of a copy
 
@@ -36,22 +45,12 @@ except ImportError:  # numpy < 2
     byte_bounds = np.byte_bounds
 
 
-class FileMap(mmap.mmap):
-    """A private mapping of a file from offset 0 that keeps its own descriptor, so that
-    pages of it can be mapped again (``remap``) for as long as views of it live."""
-
-    fd: int
-    address: int
-
-
 def map_file(fd: int, size: int) -> FileMap:
-    """Map ``size`` bytes of ``fd`` copy-on-write; the descriptor is duplicated and closed
-    when the mapping is (``close_map``) or collected."""
-    m = FileMap(fd, size, access=mmap.ACCESS_COPY)
-    m.fd = os.dup(fd)
-    m._finalizer = weakref.finalize(m, os.close, m.fd)
-    m.address = np.frombuffer(m, np.uint8, 1).ctypes.data
-    return m
+    """Map ``size`` bytes of ``fd`` copy-on-write, exported read-only (``FileMap``, in
+    _native_readonly.cc: a mmap.mmap would export a writable buffer to whoever reaches it
+    from an array, ``a.base.obj``). It keeps a duplicate of the descriptor, closed when the
+    mapping is (``close_map``) or collected."""
+    return FileMap(fd, size)
 
 
 def close_map(m: FileMap) -> None:
@@ -60,7 +59,6 @@ def close_map(m: FileMap) -> None:
         m.close()
     except BufferError:
         return  # arrays still view it: the mapping and its descriptor go with the last one
-    m._finalizer()
 
 
 def _root(array: np.ndarray) -> Any:

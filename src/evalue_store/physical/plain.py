@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from ..buffers import close_map, map_file
+from ..buffers import close_map, map_file, read_only
 from ..byteio import GATHER_GAP, Descriptor, Gather, let_go
 from ..container import (
     ENTRY,
@@ -87,7 +87,7 @@ class _PlainSource:
         plan = Gather(offsets, sizes, self.alignment, self.gap)
         buf = memoryview(aligned_buffer(plan.size, self.alignment))
         self._fill(plan, buf, index)
-        return buf.toreadonly(), plan.positions
+        return read_only(buf), plan.positions
 
     def _fill(self, plan: Gather, buf: memoryview, index: bool) -> None:
         """Read each span of ``plan`` into ``buf`` at its place."""
@@ -159,7 +159,7 @@ class PreadSource(_PlainSource):
     def read(self, offset: int, n: int) -> memoryview:
         view = memoryview(aligned_buffer(n, self.alignment))
         self._read_into(view, offset)
-        return view.toreadonly()  # arrays of it are read-only like a mapping's
+        return read_only(view)  # arrays of it are read-only like a mapping's
 
     def _read_into(self, view: memoryview, offset: int) -> None:
         held = self.held  # (kept until the read is done; None once closed: an error)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ..buffers import read_only
 from ..container import Commit, Header, open_container
 from ..errors import TRUNCATED, FormatError
 from .plain import CHUNK, _PlainSource, aligned_buffer
@@ -50,7 +51,7 @@ class RemoteSource(_PlainSource):
             )
         view = memoryview(aligned_buffer(n, self.alignment))
         view[:] = data
-        return view.toreadonly()  # arrays of it are read-only like a mapping's
+        return read_only(view)  # arrays of it are read-only like a mapping's
 
     def frame(self, offset: int, n: int) -> tuple[Any, int]:
         return self.read(offset, n), 0

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import zstandard
 
+from ..buffers import read_only
 from ..byteio import Gather
 from ..errors import UsageError
 
@@ -136,7 +137,7 @@ class LogicalReads:
         out = aligned_empty(plan.size, 0, self.alignment)
         for (start, n), place in zip(plan.spans, plan.places):
             out[place : place + n] = self.read(start, n)
-        return memoryview(out).toreadonly(), plan.positions
+        return read_only(out), plan.positions
 
 
 def aligned_empty(nbytes: int, logical_start: int = 0, alignment: int = 64) -> np.ndarray:

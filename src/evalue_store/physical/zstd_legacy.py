@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import zstandard
 
+from ..buffers import read_only
 from ..byteio import FdReader
 from ..container import ENTRY, MAGIC, Commit, Header, open_container, parse_footer_at
 from ..errors import (
@@ -162,7 +163,7 @@ class ZstdSource(LogicalReads):
         if buf is not None:
             self._cache.move_to_end(k)
             return buf
-        buf = self._decompress(k).toreadonly()  # later reads of the frame share it
+        buf = read_only(self._decompress(k))  # later reads of the frame share it
         self._cache[k] = buf
         self._cached += buf.nbytes
         while self._cached > self.cache_bytes and len(self._cache) > 1:
@@ -231,7 +232,7 @@ class ZstdSource(LogicalReads):
             else:
                 out[pos - offset : pos - offset + take] = self._frame(k)[pos - f_start :][:take]
             pos += take
-        return memoryview(out).toreadonly(), 0  # read-only like the cached frames
+        return read_only(out), 0  # read-only like the cached frames
 
     def entry(self, at: int, i: int) -> tuple[int, int, int, int]:
         return ENTRY.unpack_from(*self.frame(at, ENTRY.size))

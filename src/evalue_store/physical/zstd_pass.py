@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from ..buffers import read_only
 from ..container import ENTRY, ENTRY_DTYPE, FRAME
 from ..errors import OUT_OF_BOUNDS, TRUNCATED, ZSTD_FRAME, FormatError
 from .zframe import (
@@ -99,10 +100,11 @@ class FramePasses:
                     decompress_into(frame, view[place : place + size], dctx)
             except FrameError as exc:
                 raise FormatError(f"frame at {at}: {exc}", at, code=ZSTD_FRAME) from None
-        self._last = (at, view[place : place + size].toreadonly())
+        sealed = read_only(out)
+        self._last = (at, sealed[place : place + size])
         if self._checked is not None:
             self._checked[k : k2 + 1] = True
-        return view.toreadonly(), offset - base
+        return sealed, offset - base
 
     def track_checks(self) -> None:
         """Until the next ``verify_frames``, remember the frames ``span`` checks, so that

@@ -17,6 +17,7 @@ import numpy as np
 import zstandard
 
 from .._native import ZstdGet
+from ..buffers import read_only
 from ..container import ENTRY, FRAME, FRAME_MAGIC, Commit, Header, parse_footer_at
 from ..errors import (
     CHECKSUM,
@@ -162,7 +163,7 @@ class ZstdSource(FramePasses, LogicalReads):
             out[:] = decompress_small(frame[:length], size, self.dctx)
         else:
             decompress_into(frame[:length], out, self.dctx)
-        return length, out.toreadonly()
+        return length, read_only(out)
 
     def _frames(self, ext: Extent, need: int, strict: bool = True) -> list[tuple[int, Any]]:
         """(logical start, bytes) of the frames of ``ext`` from its first one until logical
@@ -273,7 +274,7 @@ class ZstdSource(FramePasses, LogicalReads):
         for start, buf in frames:
             lo, hi = max(start, offset), min(start + buf.nbytes, offset + n)
             out[lo - offset : hi - offset] = buf[lo - start : hi - start]
-        return memoryview(out).toreadonly(), 0
+        return read_only(out), 0
 
     # ------------------------------------------------------------------ records
 
