@@ -219,6 +219,10 @@ def test_appends_go_on_after_columns(tmp_path):
         ({"a": np.empty((3, 2), object)}, "column 'a': numpy dtype object has no"),
         ({"a": np.array([["x"], ["y"]])}, "column 'a': numpy dtype <U1 has no"),
         ({"a": evs.Tensor(np.array([1, 2], object))}, "column 'a': numpy dtype object has no"),
+        ({"a": np.ma.masked_array([1, 2, 3], mask=[0, 1, 0])}, "column 'a': a numpy masked"),
+        ({"a": np.ma.masked_array(np.ones((2, 3)))}, "column 'a': a numpy masked array"),
+        ({"a": evs.Tensor(np.ma.masked_array([1.0]))}, "column 'a': a numpy masked array"),
+        ({"a": [1.0, np.ma.masked]}, "np.ma.masked"),
     ],
 )
 def test_bad_columns_append_nothing(tmp_path, columns, message):

@@ -208,6 +208,40 @@ def test_unencodable_values_raise_encode_error(tmp_path, bad, message):
     assert len(evs.open(tmp_path / "e.evs")) == 0
 
 
+_MASKED = np.ma.masked_array([1, 2, 3], mask=[0, 1, 0])
+
+
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ([_MASKED], "masked array .*mask"),
+        ([np.ma.masked_array([1.5, 2.5])], "masked array"),  # even with no element masked
+        ([np.ma.masked], "np.ma.masked"),
+        ([[np.ones(2), _MASKED]], "masked array"),
+        ([[None, _MASKED]], "masked array"),
+        ([evs.Tensor(_MASKED)], "masked array"),
+        ([evs.Double(np.ma.masked)], "np.ma.masked"),
+        ([evs.Int(np.ma.masked)], "np.ma.masked"),
+        ([evs.ListDouble([1.0, np.ma.masked])], "np.ma.masked"),
+        ([[1.0, np.ma.masked]], "np.ma.masked"),
+        ({"x": _MASKED}, "masked array"),
+    ],
+)
+def test_masked_arrays_are_refused(tmp_path, bad, message):
+    # Attack c03: a masked array was stored as its data, the mask dropped (the masked 2
+    # read back as 2), and np.ma.masked as a 0-d float64 0.0.
+    with evs.Writer(tmp_path / "m.evs") as w:
+        with pytest.raises(evs.EncodeError, match=message):
+            w.append(bad)
+        with pytest.raises(evs.EncodeError, match=message):
+            w.extend([bad])
+        column = {k: [v] for k, v in bad.items()} if isinstance(bad, dict) else {0: [bad[0]]}
+        with pytest.raises(evs.EncodeError, match=message):
+            w.extend_columns(column)
+        assert len(w) == 0
+    assert len(evs.open(tmp_path / "m.evs")) == 0
+
+
 def test_typed_wrappers_accept_numbers_of_their_kind(tmp_path):
     values = [
         evs.Int(np.int8(-5)),

@@ -22,6 +22,7 @@ arrays and Nones       ListOptionalTensor     list[numpy.ndarray | None]
 empty list/tuple       ListInt                []
 =====================  =====================  ==========================
 
+A numpy masked array (and np.ma.masked) raises EncodeError: a Tensor has no mask.
 A list mixing ints and floats (or other kinds) is ambiguous and raises EncodeError; wrap it
 (``ListDouble([1, 2.5])``) to say what you mean. The typed wrappers choose the kind; they
 convert between numbers only, and refuse (EncodeError) a value of another kind.
@@ -111,9 +112,25 @@ def _is_torch_tensor(value: Any) -> bool:
     return cls.__module__.startswith("torch") and cls.__name__ in ("Tensor", "Parameter")
 
 
+def masked_problem(value: Any) -> str | None:
+    """Why a numpy masked array (or ``np.ma.masked``) cannot be stored, or None for any
+    other value: a Tensor has no mask, and its data alone would read back as ordinary values."""
+    if value is np.ma.masked:
+        return "np.ma.masked (a missing value) has no EValue kind: store None, or a value"
+    if isinstance(value, np.ma.MaskedArray):
+        return (
+            f"a numpy masked array (shape {value.shape}, dtype {value.dtype}): a Tensor has no "
+            "mask, which would be lost; store a.filled(value), or a.data and "
+            "np.ma.getmaskarray(a) as two tensors"
+        )
+    return None
+
+
 def as_array(value: Any) -> np.ndarray:
     """A numpy array for a tensor-like value (ndarray, torch.Tensor, nested lists)."""
     if isinstance(value, np.ndarray):
+        if isinstance(value, np.ma.MaskedArray):
+            raise EncodeError(masked_problem(value))
         array = value
     elif _is_torch_tensor(value):
         array = _torch_to_numpy(value)
@@ -158,8 +175,13 @@ def _torch_to_numpy(tensor: Any) -> np.ndarray:
 
 
 def _scalar(value: Any) -> Any:
-    """A 0-d array's item; anything else unchanged."""
-    return value.item() if isinstance(value, np.ndarray) and value.ndim == 0 else value
+    """A 0-d array's item; anything else unchanged (a masked one is refused: its item is
+    the data under the mask, np.ma.masked's 0)."""
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        if isinstance(value, np.ma.MaskedArray):
+            raise EncodeError(masked_problem(value))
+        return value.item()
+    return value
 
 
 def check_int(value: Any) -> int:
@@ -191,6 +213,10 @@ def _list_kind(items: list[Any]) -> Kind:
 
 def _list_problem(items: list[Any]) -> str:
     """What is wrong with a list no EValue list kind holds, and what to do instead."""
+    for x in items:
+        problem = masked_problem(x)
+        if problem is not None:
+            return problem
     if all(isinstance(x, (str, bytes, bytearray, memoryview)) for x in items):
         return (
             "a list of strings is not an EValue kind: store each string as its own value "

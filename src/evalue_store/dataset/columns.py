@@ -36,7 +36,7 @@ from ..codec.layout import Layout
 from ..container import ENTRY, ENTRY_DTYPE, FRAME_SIZE
 from ..dtypes import BFLOAT16
 from ..errors import EncodeError
-from ..values import INT64_MAX, Kind, Typed, _is_torch_tensor, as_array
+from ..values import INT64_MAX, Kind, Typed, _is_torch_tensor, as_array, masked_problem
 from .pipeline import WriteBehind
 
 _SCALAR_KINDS = {"i": int, "u": int, "f": float, "b": bool}
@@ -56,6 +56,8 @@ class Column:
         force_tensor = isinstance(value, Typed) and value.kind == Kind.TENSOR
         if force_tensor:
             value = value.value
+        if isinstance(value, np.ma.MaskedArray):  # (np.asarray would drop the mask)
+            raise EncodeError(f"column {key!r}: {masked_problem(value)}")
         if isinstance(value, np.ndarray) and value.dtype.kind in "SUO":  # values, not numbers
             if value.ndim != 1 or force_tensor:  # rows that append refuses as tensors
                 raise EncodeError(
