@@ -114,6 +114,27 @@ def test_lazily_conjugated_and_negated_tensors_are_stored_as_their_values(tmp_pa
     assert len(evs.open(tmp_path / "no.evs")) == 0
 
 
+@pytest.mark.parametrize(
+    "bad",
+    [
+        [torch.zeros((1,) * 65)],
+        [torch.zeros((1,) * 65, dtype=torch.bfloat16)],  # (through its int16 view)
+        [[torch.zeros(2), torch.zeros((1,) * 65)]],
+        [evs.Tensor(torch.zeros((1,) * 66))],
+        {"x": torch.zeros((1,) * 65)},
+    ],
+)
+def test_torch_tensors_over_rank_64_are_an_encode_error(tmp_path, bad):
+    # Attack c01: torch's .numpy() raised its bare ValueError ("number of dimensions must
+    # be within [0, 64]"), not the EncodeError numpy arrays get (FORMAT.md section 5: R <= 64).
+    with evs.Writer(tmp_path / "r.evs") as w:
+        with pytest.raises(evs.EncodeError, match="tensor rank 6[56] exceeds 64"):
+            w.append(bad)
+        with pytest.raises(evs.EncodeError, match="tensor rank 6[56] exceeds 64"):
+            w.extend([bad])
+        assert len(w) == 0
+
+
 def test_tensor_lists_and_other_kinds(tmp_path):
     a, b = np.arange(3, dtype=np.int32), np.ones((2, 2), np.float64)
     with evs.Writer(tmp_path / "k.evs") as w:

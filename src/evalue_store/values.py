@@ -161,6 +161,8 @@ def _torch_to_numpy(tensor: Any) -> np.ndarray:
         raise EncodeError("a nested tensor: store its parts (.unbind()) as tensors")
     if tensor.layout != torch.strided:
         raise EncodeError(f"a {tensor.layout} tensor: store its .to_dense(), or its parts")
+    if tensor.dim() > MAX_RANK:  # (before .numpy(), whose ValueError would say less)
+        raise EncodeError(f"tensor rank {tensor.dim()} exceeds {MAX_RANK}")
     if tensor.device.type != "cpu":
         tensor = tensor.cpu()
     # A lazily conjugated or negated view (x.conj(), x.conj().imag) holds other values than
