@@ -189,6 +189,25 @@ def test_columns_without_one_layout(tmp_path, column):
     assert_same_file(tmp_path, {"x": np.arange(30 * 2).reshape(30, 2), "y": column}, 30)
 
 
+@pytest.mark.parametrize("wrap", [False, True])
+def test_a_torch_column_of_rank_64_rows_is_the_appended_rows(tmp_path, wrap):
+    """Attack c02: a torch column [N] + [1] * 64 (rank-64 rows, which append stores)
+    raised torch's bare ValueError (numpy holds 64 dims at most); its rows are now stored
+    one by one, the file byte for byte what appending them writes. Rows of rank 65 are
+    an EncodeError naming the column."""
+    column = torch.arange(6.0).reshape((6,) + (1,) * 64)
+    columns = {"t": evs.Tensor(column) if wrap else column, "n": np.arange(6)}
+    path = assert_same_file(tmp_path, columns, 6)
+    with evs.open(path) as ds:
+        assert [ds[k][0].shape for k in range(6)] == [(1,) * 64] * 6
+        assert [ds[k][0].item() for k in range(6)] == list(range(6))
+    with evs.Writer(tmp_path / "r65.evs") as w:
+        too_deep = torch.zeros((2,) + (1,) * 65)
+        with pytest.raises(evs.EncodeError, match="column 't': tensor rank 65 exceeds 64"):
+            w.extend_columns({"t": evs.Tensor(too_deep) if wrap else too_deep})
+        assert len(w) == 0
+
+
 def test_appends_go_on_after_columns(tmp_path):
     path = tmp_path / "mix.evs"
     with evs.Writer(path) as writer:

@@ -8,7 +8,8 @@ batches by a second thread while the next one is encoded: pipeline.py).
 A column is one field's values for all N records:
 
 * a numpy array or torch tensor of shape [N, ...] with at least 2 dimensions: a Tensor
-  per record (row k); wrap a 1-D array in ``evs.Tensor(...)`` for 0-d tensors;
+  per record (row k); wrap a 1-D array in ``evs.Tensor(...)`` for 0-d tensors (a torch
+  column of rank-64 rows, 65 dims, which numpy cannot hold, is taken as its list of rows);
 * a 1-D integer / floating / bool array: an Int / Double / Bool per record;
 * a list or tuple of N values of any kind (strings, bytes, None...), or a 1-D numpy string
   or object array: value k per record, as ``append`` would store it (such an array of more
@@ -36,7 +37,15 @@ from ..codec.layout import Layout
 from ..container import ENTRY, ENTRY_DTYPE, FRAME_SIZE
 from ..dtypes import BFLOAT16
 from ..errors import EncodeError
-from ..values import INT64_MAX, Kind, Typed, _is_torch_tensor, as_array, masked_problem
+from ..values import (
+    INT64_MAX,
+    MAX_RANK,
+    Kind,
+    Typed,
+    _is_torch_tensor,
+    as_array,
+    masked_problem,
+)
 from .pipeline import WriteBehind
 
 _SCALAR_KINDS = {"i": int, "u": int, "f": float, "b": bool}
@@ -58,6 +67,13 @@ class Column:
             value = value.value
         if isinstance(value, np.ma.MaskedArray):  # (np.asarray would drop the mask)
             raise EncodeError(f"column {key!r}: {masked_problem(value)}")
+        if _is_torch_tensor(value) and value.dim() > MAX_RANK:
+            # Rows of rank 64 make a column numpy cannot hold (64 dims at most): its rows
+            # are the column, stored one by one as append stores them.
+            if value.dim() > MAX_RANK + 1:
+                rank = value.dim() - 1
+                raise EncodeError(f"column {key!r}: tensor rank {rank} exceeds {MAX_RANK}")
+            value = list(value.unbind(0))
         if isinstance(value, np.ndarray) and value.dtype.kind in "SUO":  # values, not numbers
             if value.ndim != 1 or force_tensor:  # rows that append refuses as tensors
                 raise EncodeError(
