@@ -198,6 +198,15 @@ def test_value_mapping_and_wrappers(tmp_path):
         (["\ud800"], "UTF-8"),
         ([evs.Double(10**400)], "too large for a double"),  # OverflowError before
         ([evs.ListDouble([1, 10**400])], "too large for a double"),
+        # Unordered collections: a set's order is the hash seed's (round 19 remark).
+        ([evs.ListInt({3, 1, 2})], "ListInt needs a list .an ordered sequence., not set"),
+        ([evs.ListBool(frozenset([True]))], "not frozenset"),
+        ([evs.ListDouble({1.0: 2}.keys())], "not dict_keys"),
+        ([evs.ListInt({1: 2})], "not dict"),
+        # An int a double cannot hold exactly was stored rounded, silently (round 19 remark).
+        ([evs.Double(2**53 + 1)], "integer 9007199254740993 has no exact double"),
+        ([evs.Double(np.int64(2**62 + 1))], "no exact double"),
+        ([evs.ListDouble([1, 2**60 + 1])], "no exact double"),
     ],
 )
 def test_unencodable_values_raise_encode_error(tmp_path, bad, message):
@@ -254,11 +263,15 @@ def test_typed_wrappers_accept_numbers_of_their_kind(tmp_path):
         evs.ListInt(np.arange(3)),
         evs.ListDouble((1, 2.5)),
         evs.ListBool([0, True]),
+        evs.Double(2**53),  # exact
+        evs.ListInt(range(2)),  # ordered iterables other than lists are taken
+        evs.ListDouble(x / 2 for x in range(2)),
     ]
     with evs.Writer(tmp_path / "t.evs") as w:
         w.append(values)
     got = evs.open(tmp_path / "t.evs")[0]
-    assert got == [-5, 3, 7, 3.0, 0.5, True, False, [0, 1, 2], [1.0, 2.5], [False, True]]
+    assert got[:10] == [-5, 3, 7, 3.0, 0.5, True, False, [0, 1, 2], [1.0, 2.5], [False, True]]
+    assert got[10:] == [2.0**53, [0, 1], [0.0, 0.5]]
 
 
 def test_bool_tensors_of_other_bytes_are_stored_as_their_values(tmp_path):

@@ -31,6 +31,7 @@ convert between numbers only, and refuse (EncodeError) a value of another kind.
 from __future__ import annotations
 
 import enum
+from collections import abc
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -294,10 +295,14 @@ def _coerce(kind: Kind, value: Any) -> Any:
         return check_int(value)
     if kind is Kind.BOOL:
         return _check_bool(value)
-    if isinstance(value, (str, bytes, bytearray, memoryview, dict)) or not hasattr(
-        value, "__iter__"
-    ):
-        raise EncodeError(f"{_LIST_NAMES[kind]} needs a list, not {type(value).__name__}")
+    if isinstance(
+        value, (str, bytes, bytearray, memoryview, abc.Mapping, abc.Set, abc.MappingView)
+    ) or not hasattr(value, "__iter__"):
+        # A set or a dict's keys have no order of their own to store (a set of strings
+        # iterates in an order the hash seed picks), so they are refused as unordered.
+        raise EncodeError(
+            f"{_LIST_NAMES[kind]} needs a list (an ordered sequence), not {type(value).__name__}"
+        )
     items = list(value)
     if kind is Kind.LIST_BOOL:
         return [_check_bool(x) for x in items]
@@ -327,9 +332,17 @@ def _check_double(value: Any) -> float:
     ):
         raise EncodeError(f"Double needs a real number, not {value!r}")
     try:
-        return float(value)
+        result = float(value)
     except OverflowError:  # an int beyond the doubles (10**400)
         raise EncodeError(f"Double: the integer {value} is too large for a double") from None
+    if isinstance(value, (int, np.integer)) and int(value) != result:
+        # A double holds every integer up to 2**53 exactly; past that, converting would
+        # store another number than the one given, silently.
+        raise EncodeError(
+            f"Double: the integer {value} has no exact double (nearest {result!r}); "
+            "pass float(value) to store it rounded"
+        )
+    return result
 
 
 def _check_bool(value: Any) -> bool:
