@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import io
 import json
+import math
 import os
 import re
 import shutil
@@ -716,6 +717,13 @@ def test_pack_jsonl_rule(tmp_path):
         assert got[2].shape == (2, 2) and got[9].dtype == np.int64 and got[9].shape == (0,)
     run("pack", src, "-o", out, "--dtype", "bfloat16", "--force", inprocess=True)
     assert evs.open(out)[0][1].dtype == evs.BFLOAT16
+    src.write_text("[NaN, Infinity, -Infinity, [NaN, 1]]\r\n")  # as Python's json writes them
+    run("pack", src, "-o", out, "--force", inprocess=True)
+    got = evs.open(out)[0]
+    assert math.isnan(got[0]) and got[1:3] == [math.inf, -math.inf]
+    assert math.isnan(got[3][0]) and got[3].dtype == np.float32
+    src.write_text(json.dumps(line) + "\n\n" + json.dumps(line) + "\n")
+    run("pack", src, "-o", out, "--force", inprocess=True)
     for bad, message in (
         ('{"a": 1}', "line 2: each line must be a JSON list"),
         ("[[[1, 2], [3]]]", "line 2: value 0: nested lists must be rectangular"),
@@ -724,8 +732,12 @@ def test_pack_jsonl_rule(tmp_path):
         ("[{}]", "value 0: JSON objects have no EValue kind"),
         ("[123456789012345678901234567890]", "does not fit in int64"),
         ("[1, 2", "line 2: Expecting"),
+        # Bad UTF-8 was named without its line; Python's 4300-digit cap by its own advice
+        # (round 18 remarks).
+        (b'["\xe9t\xe9"]', "line 2: not UTF-8 (byte 3 of the line)"),
+        ("[" + "9" * 5000 + "]", "line 2: an integer of over 4300 digits (an Int is int64)"),
     ):
-        src.write_text("[1]\n" + bad + "\n")
+        src.write_bytes(b"[1]\n" + (bad if isinstance(bad, bytes) else bad.encode()) + b"\n")
         error = run("pack", src, "-o", tmp_path / "bad.evs", code=2, inprocess=True).stderr
         assert message in error and "data.jsonl" in error, error
         assert not (tmp_path / "bad.evs").exists()  # a failed pack leaves no output

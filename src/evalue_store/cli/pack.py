@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import glob
-import io
 import json
 import math
 import os
@@ -160,26 +159,34 @@ def json_value(value: Any, dtype: str) -> Any:
 
 def jsonl_source(f: BinaryIO, path: str, args: argparse.Namespace, fields: Counter) -> Source:
     """One record per non-blank line; each line a JSON list of values."""
-    with io.TextIOWrapper(f, encoding="utf-8") as lines:
-        for number, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            where = f"{path}: line {number}"
+    for number, raw in enumerate(f, 1):  # bytes, so that bad UTF-8 is named by its line
+        if not raw.strip():
+            continue
+        where = f"{path}: line {number}"
+        try:
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise ValueError(f"not UTF-8 (byte {exc.start + 1} of the line)") from None
             try:
                 values = json.loads(line)
-                if not isinstance(values, list):
-                    raise ValueError("each line must be a JSON list (one record)")
-                record = []
-                for k, value in enumerate(values):
-                    try:
-                        record.append(json_value(value, args.dtype))
-                    except (ValueError, OverflowError) as exc:
-                        raise ValueError(f"value {k}: {exc}") from None
             except ValueError as exc:
-                raise CliError(where, str(exc)) from None
-            except RecursionError:
-                raise CliError(where, "lists nested too deeply") from None
-            yield where, record
+                if "integer string conversion" in str(exc):  # Python's cap, 4300 digits
+                    raise ValueError("an integer of over 4300 digits (an Int is int64)") from None
+                raise
+            if not isinstance(values, list):
+                raise ValueError("each line must be a JSON list (one record)")
+            record = []
+            for k, value in enumerate(values):
+                try:
+                    record.append(json_value(value, args.dtype))
+                except (ValueError, OverflowError) as exc:
+                    raise ValueError(f"value {k}: {exc}") from None
+        except ValueError as exc:
+            raise CliError(where, str(exc)) from None
+        except RecursionError:
+            raise CliError(where, "lists nested too deeply") from None
+        yield where, record
 
 
 def java_source(f: BinaryIO, path: str, args: argparse.Namespace, fields: Counter) -> Source:
