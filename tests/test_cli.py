@@ -12,6 +12,8 @@ import shutil
 import struct
 import subprocess
 import sys
+import warnings
+import zipfile
 from contextlib import redirect_stderr, redirect_stdout
 from html.parser import HTMLParser
 
@@ -1441,3 +1443,28 @@ def test_format_version_of_new_and_appended_outputs(packed, tmp_path):
         assert b.verify().ok and c.verify().ok and z.verify().ok
     proc = run("copy", out, "-o", tmp_path / "x.evs", "--format-version", "2.0", code=2)
     assert "--format-version" in proc.stderr
+
+
+def test_pack_refuses_an_npz_naming_an_array_twice(tmp_path):
+    """A zip may hold a member name twice; numpy then reads the last member under that name,
+    so pack stored [x2, y, x2] and the first x was lost, silently (attacker remark, round 18).
+    Members a and a.npy name the same array too. Both are refused, naming the members."""
+
+    def npy(array):
+        out = io.BytesIO()
+        np.save(out, array)
+        return out.getvalue()
+
+    cases = {
+        "twice.npz": (["x.npy", "y", "x.npy"], "members x.npy and x.npy both name the array 'x'"),
+        "suffix.npz": (["a", "a.npy"], "members a and a.npy both name the array 'a'"),
+    }
+    for file, (members, message) in cases.items():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # zipfile warns of the duplicate name
+            with zipfile.ZipFile(tmp_path / file, "w") as z:
+                for k, member in enumerate(members):
+                    z.writestr(member, npy(np.arange(k + 1)))
+        error = run("pack", tmp_path / file, "-o", tmp_path / "o.evs", code=2, inprocess=True)
+        assert f"{file}: cannot read: {message}" in error.stderr
+        assert not (tmp_path / "o.evs").exists()

@@ -82,6 +82,11 @@ def npz_source(f: BinaryIO, path: str, args: argparse.Namespace, fields: Counter
             with npz.zip.open(name) as member:
                 check_npy_size(member, npz.zip.getinfo(name).file_size, f"member {name}: ")
         names = tuple(name.removesuffix(".npy") for name in members)
+        if len(set(names)) < len(names):
+            # A zip may hold a name twice, and numpy then reads the last member for both.
+            name = next(n for n in names if names.count(n) > 1)
+            twins = [m for m in members if m.removesuffix(".npy") == name]
+            raise ValueError(f"members {' and '.join(twins)} both name the array {name!r}")
         fields[names] += 1
         values = [scalar_or_array(npz[name]) for name in members]
         # Appended to a file of named fields: by name, so that the writer puts each array
