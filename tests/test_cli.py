@@ -1267,6 +1267,40 @@ def test_out_names_near_name_max_can_be_written(packed, tmp_path):
     assert temp_name(str(out), "", ".1-ab.partial") == f"{out}.1-ab.partial"  # as it was
 
 
+def test_a_torn_file_of_a_name_near_name_max_can_be_recovered(tmp_path):
+    """A torn tail is saved beside the file as NAME.tail-N before it is cut; for a name near
+    NAME_MAX that side name passed the limit, so recover, pack --append and Writer(mode="a")
+    of such a file all failed with 'File name too long', for good (found in session 15,
+    after round 18's temporary-name fix). The side name is now cut as a temporary name is."""
+    limit = os.pathconf(tmp_path, "PC_NAME_MAX")
+    (tmp_path / "r.jsonl").write_text("[1, 2]\n")
+    for base in ("x" * (limit - 4) + ".evs", "é" * ((limit - 4) // 2) + ".evs"):
+        long = tmp_path / base
+        torn = b"\x01" * 100  # not a record: the damaged bytes go to the side file
+        for how in ("writer", "recover", "pack --append", "writer again"):
+            with evs.Writer(long, mode="a") as w:
+                w.append([len(w)])
+            with open(long, "ab") as f:
+                f.write(torn)
+            if how.startswith("writer"):
+                with evs.Writer(long, mode="a") as w:
+                    side = w.salvage.side_file
+            elif how == "recover":
+                run("recover", long, inprocess=True)
+            else:
+                error = run("pack", tmp_path / "r.jsonl", "-o", long, "--append", inprocess=True)
+                assert "damaged tail kept in" in error.stderr
+            assert evs.open(long).verify().ok
+        sides = sorted(n for n in os.listdir(tmp_path) if ".tail-" in n)
+        assert len(sides) == 4 and all(len(n.encode()) <= limit for n in sides), sides
+        assert os.path.basename(side) in sides and all(n.startswith(base[:50]) for n in sides)
+        assert all((tmp_path / n).read_bytes() == torn for n in sides)
+        assert len(evs.open(long)) == 5
+        for n in sides:
+            (tmp_path / n).unlink()
+        long.unlink()
+
+
 def _cannot_create(path: str) -> bool:
     try:
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import secrets
 import stat
 import sys
@@ -219,7 +220,7 @@ def output_writer(
                     os.unlink(salvage.side_file)
             raise
         if salvage is not None:
-            side = _side_name(salvage.side_file, temp, path) if salvage.side_file else None
+            side = _side_name(salvage.side_file, path) if salvage.side_file else None
             print(
                 f"{PROG}: {path}: salvaged {salvage.salvaged_records} records of a crashed "
                 "writer first" + (f"; damaged tail kept in {side}" if side else ""),
@@ -238,19 +239,19 @@ def output_writer(
             yield writer
 
 
-def _side_name(side: str, temp: str, path: str) -> str:
+def _side_name(side: str, path: str) -> str:
     """The side file a salvage in the temporary copy made (``TEMP.tail-N``), renamed as a
     salvage of OUT itself names it (``OUT.tail-N``, made unique), so that it says where its
     bytes came from and does not look like a leftover temporary file."""
-    base = f"{path}.tail-{side[len(temp) :].split('.')[1].removeprefix('tail-')}"
-    name, counter = base, 0
+    start = re.search(r"\.tail-(\d+)(\.\d+)?$", side).group(1)
+    name, counter = temp_name(path, "", f".tail-{start}"), 0
     while True:
         try:
             os.link(side, name)  # fails if the name is taken
             break
         except FileExistsError:
             counter += 1
-            name = f"{base}.{counter}"
+            name = temp_name(path, "", f".tail-{start}.{counter}")
         except OSError:  # no hard links here: keep the name it has
             return side
     os.unlink(side)

@@ -14,7 +14,7 @@ from typing import Any
 
 from ..codec import decode_payload
 from ..container import Header, align_up, scan_frames
-from ..files import fsync_dir
+from ..files import fsync_dir, temp_name
 
 CHUNK = 1 << 20  # bytes copied to a side file at a time
 
@@ -34,7 +34,7 @@ def side_file(path: str, fd: int, start: int, end: int) -> str:
     """Save the bytes [start, end) of the file at ``fd``, which recovery will cut off,
     fsynced, under a name nothing else has (not even a dangling symlink). They are copied in
     the kernel, or 1 MiB at a time, so a torn gigabyte is never held in memory."""
-    side = f"{path}.tail-{start}"
+    side = temp_name(path, "", f".tail-{start}")  # cut to fit beside a name near NAME_MAX
     counter = 0
     while True:
         try:
@@ -42,7 +42,7 @@ def side_file(path: str, fd: int, start: int, end: int) -> str:
             break
         except FileExistsError:
             counter += 1
-            side = f"{path}.tail-{start}.{counter}"
+            side = temp_name(path, "", f".tail-{start}.{counter}")
     try:
         try:
             _copy_range(fd, out, start, end)
