@@ -54,6 +54,8 @@ def test_zeros_pads_a_last_batch_of_one_record(xor4, tmp_path, lead):
         ((0, -3), ValueError, "fields[1] is -3"),
         ((0, 0), ValueError, "fields[1] (0) names field 0, as an earlier entry does"),
         ("xy", TypeError, "fields must be a sequence of field names or positions"),
+        ({0, 1}, TypeError, "not set {0, 1} (a set has no order"),
+        (frozenset({0, 1}), TypeError, "not frozenset frozenset({0, 1}) (a set has no order"),
         ((0.0, 1), TypeError, "fields[0] is float 0.0: a field is a name (str) or a position"),
         ((None, 1), TypeError, "fields[0] is NoneType None"),
         ((0, True), TypeError, "fields[1] is a bool (True)"),
@@ -63,7 +65,8 @@ def test_zeros_pads_a_last_batch_of_one_record(xor4, tmp_path, lead):
 def test_bad_fields_are_refused_naming_the_entry(xor4, tmp_path, fields, error, words):
     """Every bad ``fields`` is refused at bind, before a record is read, naming the entry
     (negative positions passed the up-front check, then every batch read raised
-    AssertionError; -3 a bare IndexError; "xy" was read as ('x', 'y'), 0.0 as 0)."""
+    AssertionError; -3 a bare IndexError; "xy" was read as ('x', 'y'), 0.0 as 0; a set
+    was taken in its iteration order, which the hash seed decides for names)."""
     records = [[np.array([i, i], np.float32), np.array([i % 2])] for i in range(8)]
     path = pack(tmp_path / "tensors.evs", records)
     with pytest.raises(error) as info:

@@ -4,15 +4,15 @@ rows of its input (``Field``, ``Layout``): kept apart from the batch reading in
 
 ``pick`` resolves ``bind``'s ``fields`` argument. Its mistakes are refused before any
 record is read, each naming the entry at fault: a wrong kind of argument is a TypeError
-(a ``str`` is not a sequence of names, a bool or a float is not a position), a position
-that cannot name a value (negative, or named twice) a ValueError, a name the dataset lacks
-an ``InputMismatchError``.
+(a ``str`` is not a sequence of names, nor is a set, whose order is the hash seed's; a
+bool or a float is not a position), a position that cannot name a value (negative, or
+named twice) a ValueError, a name the dataset lacks an ``InputMismatchError``.
 """
 
 from __future__ import annotations
 
 import operator
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass
 from typing import Any
 
@@ -114,10 +114,12 @@ def pick(
     default values 0, 1, ... of each record."""
     if chosen is None:
         return [Field(i, name_of(i, names), spec) for i, spec in enumerate(specs)]
-    if isinstance(chosen, (str, bytes, bytearray, Mapping)) or not hasattr(chosen, "__len__"):
+    if isinstance(chosen, (str, bytes, bytearray, Mapping, Set)) or not hasattr(chosen, "__len__"):
+        unordered = " (a set has no order: it cannot say which feeds which input)"
         raise TypeError(
             f"fields must be a sequence of field names or positions, one per input of "
             f"{method!r}, not {type(chosen).__name__} {chosen!r}"
+            + (unordered if isinstance(chosen, Set) else "")
         )
     chosen = list(chosen)
     if len(chosen) != len(specs):
