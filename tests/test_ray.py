@@ -223,6 +223,32 @@ def test_concurrent_write_tasks_round_trip(cluster, tmp_path):
     assert sorted(seen) == list(range(400))
 
 
+@pytest.mark.parametrize(
+    "columns, error, words",
+    [
+        ("is", TypeError, "columns must be a sequence of field names, not str 'is'"),
+        (b"is", TypeError, "not bytes b'is'"),
+        ({"i", "s"}, TypeError, "not set"),
+        ({"i": 1}, TypeError, "not dict"),
+        (["i", 0], TypeError, "columns[1] is int 0, not a field name"),
+        (["i", "i"], evs.UsageError, "columns names ['i'] more than once"),
+        (["i", "x"], evs.UsageError, "columns ['x'] are not fields"),
+    ],
+)
+def test_read_columns_must_be_a_sequence_of_names(tmp_path, columns, error, words):
+    """columns="is" picked the fields 'i' and 's', one letter each, where a field "is"
+    exists (attacker finding, round 20, C02); the other kinds of columns that are not
+    names are refused too, before a read task exists."""
+    with evs.ShardWriter(str(tmp_path / "t-{:05d}.evs")) as w:
+        w.extend({"i": i, "s": f"r{i}", "is": 10 * i} for i in range(3))
+    for make in (evr.read_evalue_store, evr.EValueDatasource):
+        with pytest.raises(error) as info:
+            make(tmp_path, columns=columns)
+        assert words in str(info.value)
+    source = evr.EValueDatasource(tmp_path, columns=("is", "i"))
+    assert (source.columns, source.positions) == (("is", "i"), (2, 0))
+
+
 def test_a_block_of_empty_lists_writes_as_the_others_do(cluster, tmp_path):
     """Ray split rows of a list-of-ints column so that one block held only empty lists,
     which Arrow types list<null>: the whole write failed ("a list of null has no EValue

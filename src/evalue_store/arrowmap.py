@@ -36,13 +36,13 @@ without field names get the columns "0", "1", ...
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence, Set
 from typing import Any
 
 import numpy as np
 
 from .dtypes import BFLOAT16, bfloat16_to_float32
-from .errors import EncodeError, Error
+from .errors import EncodeError, Error, UsageError
 from .values import INT64_MAX, ListBool, ListDouble, ListInt
 
 # --------------------------------------------------------------------------- Arrow -> values
@@ -154,6 +154,36 @@ def _list_values(name: str, column: Any) -> list[Any]:
 
 
 # --------------------------------------------------------------------------- values -> Arrow
+
+
+def pick_columns(
+    columns: Any, fields: Sequence[str], source: Any
+) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """A read's ``columns=``: the names, in that order, and their positions in ``fields``
+    (every field for None). Not a sequence of names (a ``str``, which was split into
+    one-letter names, bytes, a mapping, a set, whose order is the hash seed's, an entry
+    that is not a ``str``) is a TypeError; a name twice or not a field a UsageError."""
+    if columns is None:
+        return tuple(fields), tuple(range(len(fields)))
+    if isinstance(columns, (str, bytes, bytearray, Mapping, Set)) or not hasattr(
+        columns, "__len__"
+    ):
+        raise TypeError(
+            f"columns must be a sequence of field names, not {type(columns).__name__} "
+            f"{columns!r:.200}"
+            + (" (a str is one name: columns=[name])" if isinstance(columns, str) else "")
+        )
+    names = tuple(columns)
+    for k, name in enumerate(names):
+        if not isinstance(name, str):
+            raise TypeError(f"columns[{k}] is {type(name).__name__} {name!r}, not a field name")
+    unknown = [c for c in names if c not in fields]
+    if unknown:
+        raise UsageError(f"columns {unknown} are not fields of {source!r:.200}: {tuple(fields)}")
+    twice = sorted({c for c in names if names.count(c) > 1})
+    if twice:
+        raise UsageError(f"columns names {twice} more than once: a block has one column of a name")
+    return names, tuple(fields.index(c) for c in names)
 
 
 def ray_batch(

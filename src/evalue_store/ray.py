@@ -41,7 +41,7 @@ import numpy as np
 from ray.data import Datasink, Datasource, ReadTask, read_datasource
 from ray.data.block import BlockAccessor, BlockMetadata
 
-from .arrowmap import block_columns, ray_batch
+from .arrowmap import block_columns, pick_columns, ray_batch
 from .container import ENTRY_SIZE
 from .dataset.fields import FIELDS_KEY
 from .dataset.writer import Writer
@@ -439,7 +439,8 @@ def _read_ranges(
 class EValueDatasource(Datasource):
     """A Ray Data source over evalue_store shards (anything ``open_shards`` opens).
 
-    ``columns`` selects fields (default: all, in stored order); ``open_options`` go to
+    ``columns`` selects fields, a sequence of names (default: all, in stored order; a
+    ``str`` is a TypeError, not one-letter names); ``open_options`` go to
     ``open_shards`` (``verify``, ``backend``...). The shard table is read once, here; read
     tasks get it pickled (O(shards)) and open their shards themselves.
     """
@@ -453,13 +454,7 @@ class EValueDatasource(Datasource):
                 fields = tuple(str(k) for k in range(len(self.dataset[0]) if self.dataset else 0))
         finally:
             self.dataset.close()
-        if columns is None:
-            columns = fields
-        unknown = [c for c in columns if c not in fields]
-        if unknown:
-            raise UsageError(f"columns {unknown} are not fields of {source!r:.200}: {fields}")
-        self.columns = tuple(columns)
-        self.positions = tuple(fields.index(c) for c in self.columns)
+        self.columns, self.positions = pick_columns(columns, fields, source)
 
     def estimate_inmemory_data_size(self) -> int | None:
         return sum(s.nbytes for s in self.dataset.shards)
