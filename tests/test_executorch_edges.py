@@ -173,3 +173,24 @@ def test_read_refuses_a_count_the_program_does_not_take(xor4, tmp_path):
         binding.read(list(range(9)))
     with pytest.raises(ValueError, match="not 0"):
         binding.read([])
+
+
+def test_a_state_before_any_step_holds_the_programs_parameters(xor4, tmp_path):
+    """state_dict() before the first step (or after train(max_steps=0)) had parameters {},
+    so loading it restored nothing: a trainer that had trained kept its own weights
+    (attacker finding, round 20, C05). It now holds the program's parameters, read from the
+    loaded program by a forward/backward that updates nothing."""
+    path = pack(tmp_path / "sixteen.evs", xor_examples(16, seed=4))
+    expected = Trainer(xor4, path, lr=2.0, seed=5).train(epochs=2)
+    fresh = Trainer(xor4, path, lr=2.0, seed=5)
+    assert fresh.train(epochs=1, max_steps=0) == []
+    state = fresh.state_dict()
+    assert (state["epoch"], state["batch"], state["losses"]) == (0, 0, [])
+    assert set(state["parameters"]) == set(fresh.parameters()) and state["parameters"]
+    assert fresh.train(epochs=2) == expected  # reading them changed nothing
+    trained = Trainer(xor4, path, lr=2.0, seed=5)
+    trained.train(epochs=1)
+    moved = trained.state_dict()["parameters"]
+    assert any(not np.array_equal(moved[k], v) for k, v in state["parameters"].items())
+    trained.load_state_dict(state)  # back to the program's own parameters
+    assert trained.train(epochs=2) == expected

@@ -76,7 +76,7 @@ class Trainer:
         self.batch = 0  # batches of it already trained on
         self.losses: list[float] = []
         self._optimizer: Any = None
-        self._restore: dict[str, np.ndarray] | None = None
+        self._ran = False  # whether the module ran forward_backward (its parameters exist)
 
     def step(self, batch: Batch | list[torch.Tensor]) -> float:
         """One forward/backward and SGD step on a batch; returns the loss. Its effects (the
@@ -90,11 +90,12 @@ class Trainer:
         update and its bookkeeping (loss logged, batch counted) run with SIGINT deferred
         to their end, so that ``state_dict`` never shows parameters updated by a step it
         does not count (a resumed run would take that step twice)."""
-        outputs = self._first(inputs) if self._optimizer is None else None
-        if outputs is None:
-            outputs = self.module.forward_backward(self.method, inputs)
+        outputs = self.module.forward_backward(self.method, inputs)
+        self._ran = True
         value = float(outputs[0])  # before the update: a loss that fails changes nothing
         gradients = self.module.named_gradients()
+        if self._optimizer is None:  # the parameters exist once a forward_backward ran
+            self._optimizer = _sgd(self.module.named_parameters(), **self.sgd)
         with sigint_deferred():
             self._optimizer.step(gradients)
             self.losses.append(value)
@@ -102,19 +103,15 @@ class Trainer:
                 self.batch += 1
         return value
 
-    def _first(self, inputs: list[torch.Tensor]) -> list | None:
-        """Make the optimizer (the parameters appear after a first forward_backward), over
-        the saved parameters when resuming; ``_restore`` is dropped only once the optimizer
-        exists, so ``state_dict`` holds the saved parameters until then. Returns the
-        outputs of the forward_backward when they are those of the parameters trained."""
-        outputs = self.module.forward_backward(self.method, inputs)
-        if self._restore is not None:
-            for name, value in self.module.named_parameters().items():
-                value.copy_(torch.from_numpy(self._restore[name]))
-            outputs = None  # computed with the program's initial parameters
-        self._optimizer = _sgd(self.module.named_parameters(), **self.sgd)
-        self._restore = None
-        return outputs
+    def _live(self) -> dict[str, torch.Tensor]:
+        """The program's parameters, live: ExecuTorch's module shows them only after a
+        forward_backward, so before the first step one runs on the first records (its
+        outputs and gradients dropped; it updates nothing)."""
+        if not self._ran:
+            rows = np.resize(np.arange(len(self.data.dataset)), self.data.batch_size)
+            self.module.forward_backward(self.method, self.data.read(rows))
+            self._ran = True
+        return self.module.named_parameters()
 
     def train(self, epochs: int, max_steps: int | None = None) -> list[float]:
         """Train until ``epochs`` epochs are complete (counting those done before a resume),
@@ -133,15 +130,13 @@ class Trainer:
         return self.losses[start:]
 
     def parameters(self) -> dict[str, torch.Tensor]:
-        """The program's parameters by name (live tensors; empty before the first step)."""
-        return {} if self._optimizer is None else dict(self.module.named_parameters())
+        """The program's parameters by name (live tensors), before the first step too."""
+        return dict(self._live())
 
     def state_dict(self) -> dict:
         """Position, parameters and loss log (SGD momentum buffers are not included: with
         ``momentum`` a resumed run restarts them)."""
         params = {k: v.detach().numpy().copy() for k, v in self.parameters().items()}
-        if not params and self._restore is not None:
-            params = self._restore
         return {
             "version": STATE_VERSION,
             "epoch": self.epoch,
@@ -162,8 +157,9 @@ class Trainer:
                 raise UsageError(f"state {key} is {state.get(key)!r}, this trainer's {mine[key]!r}")
         self.epoch, self.batch = int(state["epoch"]), int(state["batch"])
         self.losses = list(state["losses"])
-        self._restore = dict(state["parameters"]) or None
-        self._optimizer = None
+        for name, value in self._live().items():
+            value.copy_(torch.from_numpy(state["parameters"][name]))
+        self._optimizer = None  # a new one over them (momentum restarts)
 
 
 @contextmanager
