@@ -194,3 +194,84 @@ def test_a_state_before_any_step_holds_the_programs_parameters(xor4, tmp_path):
     assert any(not np.array_equal(moved[k], v) for k, v in state["parameters"].items())
     trained.load_state_dict(state)  # back to the program's own parameters
     assert trained.train(epochs=2) == expected
+
+
+def _set(key, value):
+    return lambda state: {**state, key: value}
+
+
+def _params(change):
+    return lambda state: {**state, "parameters": change(dict(state["parameters"]))}
+
+
+def _without(key):
+    return lambda state: {k: v for k, v in state.items() if k != key}
+
+
+@pytest.mark.parametrize(
+    "change, error, words",
+    [
+        (_set("batch", 5), evs.UsageError, "state batch is 5: an epoch here has 4 batches"),
+        (_set("batch", 10**6), evs.UsageError, "state batch is 1000000"),
+        (_set("batch", True), TypeError, "state batch must be an int, not a bool"),
+        (_set("batch", -1), evs.UsageError, "state batch must be 0 or more"),
+        (_set("epoch", "1"), TypeError, "state epoch must be an int, not str"),
+        (_set("seed", 5.0), TypeError, "state seed must be an int, not float"),
+        (_set("shuffle", "yes"), TypeError, "state shuffle must be a bool"),
+        (_set("losses", "abc"), TypeError, "state losses must be a list of numbers, not str"),
+        (_set("losses", [0.5, "x"]), TypeError, "state losses[1] is str 'x', not a number"),
+        (_set("parameters", []), TypeError, "state parameters must be a dict, not list"),
+        (
+            _params(lambda p: {k: v for k, v in p.items() if k != "linear.bias"}),
+            evs.UsageError,
+            "state parameters lack ['linear.bias']",
+        ),
+        (
+            _params(lambda p: {**p, "extra": np.zeros(2, np.float32)}),
+            evs.UsageError,
+            "state parameters name ['extra'], which the program lacks",
+        ),
+        (
+            _params(lambda p: {**p, "linear.bias": p["linear.bias"][:-1]}),
+            evs.UsageError,
+            "state parameters['linear.bias'] is float32 of shape (9,), the program's float32 of",
+        ),
+        (
+            _params(lambda p: {**p, "linear.bias": p["linear.bias"].astype(np.float64)}),
+            evs.UsageError,
+            "state parameters['linear.bias'] is float64 of shape (10,)",
+        ),
+        (
+            _params(lambda p: {**p, "linear.bias": p["linear.bias"].tolist()}),
+            TypeError,
+            "state parameters['linear.bias'] is list, not an array",
+        ),
+        (_without("losses"), evs.UsageError, "state lacks ['losses']"),
+        (lambda state: list(state.items()), TypeError, "state must be a dict"),
+    ],
+)
+def test_a_state_it_cannot_continue_from_is_refused_and_changes_nothing(
+    xor4, tmp_path, change, error, words
+):
+    """load_state_dict took a batch past the epoch's batches (or True: the resumed run
+    skipped the epoch's rest), losses "abc", a parameter of another shape or dtype (a
+    runtime error at the first step) and lacked a parameter (KeyError) (attacker finding,
+    round 20, C03). Every field is checked first; a refused state changes nothing."""
+    path = pack(tmp_path / "sixteen.evs", xor_examples(16, seed=4))
+    expected = Trainer(xor4, path, lr=2.0, seed=5).train(epochs=2)
+    source = Trainer(xor4, path, lr=2.0, seed=5)
+    source.train(epochs=2, max_steps=3)
+    state = source.state_dict()
+    target = Trainer(xor4, path, lr=2.0, seed=5)
+    target.train(epochs=2, max_steps=6)
+    before = target.state_dict()
+    with pytest.raises(error) as info:
+        target.load_state_dict(change(state))
+    assert words in str(info.value)
+    after = target.state_dict()
+    assert {k: v for k, v in after.items() if k != "parameters"} == {
+        k: v for k, v in before.items() if k != "parameters"
+    }
+    assert all(np.array_equal(after["parameters"][k], v) for k, v in before["parameters"].items())
+    target.load_state_dict(state)  # the state itself is fine
+    assert target.train(epochs=2) == expected[3:]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Set
 from contextlib import contextmanager
 from typing import Any
 
@@ -24,6 +24,7 @@ from .fields import as_count
 from .program import Program, program_bytes, program_digest, verified_program
 
 STATE_VERSION = 1
+STATE_KEYS = "version epoch batch seed shuffle records batch_size losses parameters".split()
 
 
 def load_training_module(program: Program) -> Any:
@@ -150,16 +151,77 @@ class Trainer:
         }
 
     def load_state_dict(self, state: dict) -> None:
-        """Continue from ``state_dict()`` of a run over the same data and program."""
-        mine = self.state_dict()
-        for key in ("version", "seed", "shuffle", "records", "batch_size"):
-            if state.get(key) != mine[key]:
-                raise UsageError(f"state {key} is {state.get(key)!r}, this trainer's {mine[key]!r}")
-        self.epoch, self.batch = int(state["epoch"]), int(state["batch"])
-        self.losses = list(state["losses"])
-        for name, value in self._live().items():
-            value.copy_(torch.from_numpy(state["parameters"][name]))
+        """Continue from ``state_dict()`` of a run over the same data and program. Every
+        field is checked before anything changes: a field of the wrong type is a TypeError,
+        a value this trainer cannot continue from (another seed, a batch past the epoch's
+        batches, a parameter missing or of another shape or dtype) a UsageError; either
+        names the field and leaves the trainer as it was."""
+        epoch, batch, losses, parameters = self._checked(state)
+        live = self._live()
+        for name, value in parameters.items():
+            live[name].copy_(torch.from_numpy(value))
+        self.epoch, self.batch, self.losses = epoch, batch, losses
         self._optimizer = None  # a new one over them (momentum restarts)
+
+    def _checked(self, state: Any) -> tuple[int, int, list[float], dict[str, np.ndarray]]:
+        """``state``'s epoch, batch, loss log and parameters (copies), each checked."""
+        if not isinstance(state, Mapping):
+            raise TypeError(f"state must be a dict from state_dict(), not {type(state).__name__}")
+        missing = [key for key in STATE_KEYS if key not in state]
+        if missing:
+            raise UsageError(f"state lacks {missing}: not a Trainer.state_dict()")
+        if not isinstance(state["shuffle"], (bool, np.bool_)):
+            raise TypeError(f"state shuffle must be a bool, not {state['shuffle']!r}")
+        mine = dict(version=STATE_VERSION, seed=self.seed, shuffle=self.shuffle)
+        mine.update(records=len(self.data.dataset), batch_size=self.data.batch_size)
+        for key, value in mine.items():
+            theirs = state[key] if key == "shuffle" else as_count(f"state {key}", state[key])
+            if theirs != value:
+                raise UsageError(f"state {key} is {theirs!r}, this trainer's {value!r}")
+        epoch = as_count("state epoch", state["epoch"])
+        batch = as_count("state batch", state["batch"])
+        if batch > len(self.data):  # == : stopped after an epoch's last step, before its end
+            raise UsageError(f"state batch is {batch}: an epoch here has {len(self.data)} batches")
+        return epoch, batch, _losses(state["losses"]), self._parameters(state["parameters"])
+
+    def _parameters(self, given: Any) -> dict[str, np.ndarray]:
+        """A state's parameters, copies, checked against the program's: the same names,
+        each an array of the same shape and dtype."""
+        if not isinstance(given, Mapping):
+            raise TypeError(f"state parameters must be a dict, not {type(given).__name__}")
+        live = self._live()
+        missing, extra = sorted(set(live) - set(given)), sorted(set(given) - set(live))
+        if missing or extra:
+            wrong = f"lack {missing}" if missing else f"name {extra}, which the program lacks"
+            raise UsageError(f"state parameters {wrong} (the program's: {sorted(live)})")
+        result = {}
+        for name, tensor in live.items():
+            value = given[name]
+            if isinstance(value, torch.Tensor):
+                value = value.detach().cpu().numpy()
+            if not isinstance(value, np.ndarray):
+                kind = type(value).__name__
+                raise TypeError(f"state parameters[{name!r}] is {kind}, not an array")
+            want = (str(tensor.dtype).removeprefix("torch."), tuple(tensor.shape))
+            if (value.dtype.name, value.shape) != want:
+                raise UsageError(
+                    f"state parameters[{name!r}] is {value.dtype.name} of shape {value.shape}, "
+                    f"the program's {want[0]} of shape {want[1]}"
+                )
+            result[name] = np.array(value)  # a copy: the state stays the caller's
+        return result
+
+
+def _losses(losses: Any) -> list[float]:
+    """A state's loss log: a sequence of numbers (a str is a TypeError, not a log)."""
+    if isinstance(losses, (str, bytes, Mapping, Set)) or not hasattr(losses, "__len__"):
+        raise TypeError(f"state losses must be a list of numbers, not {type(losses).__name__}")
+    for k, loss in enumerate(losses):
+        if isinstance(loss, (bool, np.bool_)) or not isinstance(
+            loss, (int, float, np.integer, np.floating)
+        ):
+            raise TypeError(f"state losses[{k}] is {type(loss).__name__} {loss!r}, not a number")
+    return [float(loss) for loss in losses]
 
 
 @contextmanager
