@@ -18,12 +18,14 @@ binary, large_binary                        String (bytes)     binary
 list<int*>, list<float*>, list<bool>        ListInt/ListDouble/list<int64>/list<double>/
 (also large and fixed-size lists)           ListBool           list<bool>
 null (all values missing)                   None               null
-a missing value (null) in a scalar column   None               null in that column
+a missing value (null) in a scalar,         None               null in that column
+string or list column
 ==========================================  =================  ============================
 
 Refused, with an EncodeError naming the column: any other type (struct, map, dictionary,
 timestamp, decimal, Ray's pickled Python objects...), uint64 values above 2^63-1, lists
-holding nulls, lists of other item types, and nulls in a list or tensor column.
+holding nulls (a missing item, not a missing list), lists of other item types, and nulls in
+a tensor column.
 
 Reading the other way, a field whose values are all tensors of one shape and dtype becomes
 a fixed-shape tensor column (one ``np.stack``), tensors of different shapes a
@@ -141,16 +143,19 @@ def _list_values(name: str, column: Any) -> list[Any]:
     elif pa.types.is_floating(item):
         wrap = ListDouble
     elif pa.types.is_null(item):  # a block whose lists are all empty: [] as append stores it
-        wrap = ListInt  # (a null item inside one is a missing value, refused below)
+        wrap = ListInt  # (a null item inside one is a missing item, refused below)
     else:
         raise EncodeError(f"column {name!r}: a list of {item} has no EValue kind")
-    if column.null_count or pc.list_flatten(column).null_count:
-        raise EncodeError(f"column {name!r}: a list column with missing values")
+    if pc.list_flatten(column).null_count:  # a missing list is None (below), not its items
+        raise EncodeError(
+            f"column {name!r}: a list column with missing values inside a list "
+            "(a list of numbers has no EValue holding a missing item)"
+        )
     if wrap is ListInt and pa.types.is_uint64(item) and len(pc.list_flatten(column)):
         top = pc.max(pc.list_flatten(column)).as_py()
         if top > INT64_MAX:
             raise EncodeError(f"column {name!r}: uint64 value {top} does not fit in ListInt")
-    return [wrap(items) for items in column.to_pylist()]
+    return [None if items is None else wrap(items) for items in column.to_pylist()]
 
 
 # --------------------------------------------------------------------------- values -> Arrow
