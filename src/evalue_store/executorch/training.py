@@ -8,6 +8,7 @@ done, parameters, loss log) resumes a run exactly where it stopped.
 
 from __future__ import annotations
 
+import numbers
 import os
 import signal
 import threading
@@ -63,6 +64,11 @@ class Trainer:
         seed: int = 0,
         **binding: Any,
     ):
+        for name, value in dict(lr=lr, momentum=momentum, weight_decay=weight_decay).items():
+            if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+                raise TypeError(f"{name} must be a number, not {type(value).__name__} {value!r}")
+        if not isinstance(shuffle, (bool, np.bool_)):
+            raise TypeError(f"shuffle must be a bool, not {type(shuffle).__name__} {shuffle!r}")
         code = program_bytes(program)  # read once: what is bound is what is trained
         if isinstance(data, Binding):
             if binding:
@@ -71,8 +77,8 @@ class Trainer:
         self.data = data if isinstance(data, Binding) else Binding(data, code, method, **binding)
         self.module = load_training_module(code)
         self.method = method
-        self.sgd = dict(lr=lr, momentum=momentum, weight_decay=weight_decay)
-        self.shuffle, self.seed = shuffle, seed
+        self.sgd = dict(lr=float(lr), momentum=float(momentum), weight_decay=float(weight_decay))
+        self.shuffle, self.seed = bool(shuffle), seed
         self.epoch = 0  # the epoch in progress
         self.batch = 0  # batches of it already trained on
         self.losses: list[float] = []
