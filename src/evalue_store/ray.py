@@ -46,7 +46,6 @@ from .container import ENTRY_SIZE
 from .dataset.fields import FIELDS_KEY
 from .dataset.writer import Writer
 from .errors import EncodeError, UsageError
-from .physical import remote
 from .shards import (
     DIRECTORY_MANIFEST,
     ShardedDataset,
@@ -58,85 +57,11 @@ from .shards import (
     shared_dictionary,
     write_manifest,
 )
+from .targets import Target, publish_file
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["EValueDatasink", "EValueDatasource", "read_evalue_store"]
-
-
-# ----------------------------------------------------------------------------- targets
-
-
-class _Target:
-    """The directory a write goes to: a local path, or a directory of an fsspec filesystem."""
-
-    def __init__(self, path: str, filesystem: Any, storage_options: dict | None):
-        if filesystem is None and not remote.is_url(path):
-            self.fs = None
-            self.root = os.path.abspath(path.removeprefix("file://"))
-            return
-        self.fs, inner, _ = remote.resolve(path, filesystem, storage_options)
-        self.root = inner.rstrip("/")
-
-    def join(self, name: str) -> str:
-        return os.path.join(self.root, name) if self.fs is None else f"{self.root}/{name}"
-
-    def makedirs(self) -> None:
-        if self.fs is None:
-            os.makedirs(self.root, exist_ok=True)
-        else:
-            self.fs.makedirs(self.root, exist_ok=True)
-
-    def exists(self, name: str) -> bool:
-        path = self.join(name)
-        if self.fs is None:
-            return os.path.lexists(path)
-        self.fs.invalidate_cache(self.root)  # other processes wrote since the last listing
-        return self.fs.exists(path)
-
-    def names(self) -> list[str]:
-        """The names in the directory (none if it does not exist)."""
-        if self.fs is None:
-            return os.listdir(self.root) if os.path.isdir(self.root) else []
-        self.fs.invalidate_cache(self.root)
-        if not self.fs.isdir(self.root):
-            return []
-        return [p.rstrip("/").rsplit("/", 1)[-1] for p in self.fs.ls(self.root, detail=False)]
-
-    def touch(self, name: str) -> None:
-        if self.fs is None:
-            open(self.join(name), "w").close()
-        else:
-            self.fs.pipe_file(self.join(name), b"")
-
-    def remove(self, names: Iterable[str]) -> list[str]:
-        """Remove ``names``; returns those that could not be removed."""
-        failed = []
-        for name in names:
-            try:
-                if self.fs is None:
-                    os.unlink(self.join(name))
-                else:
-                    self.fs.rm(self.join(name))
-            except FileNotFoundError:
-                pass
-            except OSError as exc:
-                logger.warning("could not remove %s: %s", self.join(name), exc)
-                failed.append(name)
-        return failed
-
-
-def publish_file(local: str, target: _Target, name: str) -> None:
-    """Put a finished local file (a shard, the manifest) into the target as ``name``: a
-    local target holds it already; to an fsspec one it is uploaded whole (object stores do
-    not append), and the local copy removed. The one place a write leaves this machine."""
-    if target.fs is None:
-        return
-    path = target.join(name)
-    remote._retrying(
-        lambda: target.fs.put_file(local, path), target.fs.unstrip_protocol(path), "upload"
-    )
-    os.unlink(local)
 
 
 # ----------------------------------------------------------------------------- writing
@@ -178,7 +103,7 @@ class EValueDatasink(Datasink):
             raise UsageError(f"prefix must be a file name prefix, not {prefix!r}")
         if metadata is not None and FIELDS_KEY in metadata:
             raise UsageError(f"metadata must not set {FIELDS_KEY}: the block schema names fields")
-        self.target = _Target(os.fspath(path), filesystem, storage_options)
+        self.target = Target(os.fspath(path), filesystem, storage_options)
         self.prefix = prefix
         self.suffix = ".evs.zst" if writer_options.get("compression") == "zstd" else ".evs"
         self.max_records = None if max_records is None else int(max_records)
