@@ -307,6 +307,16 @@ def test_datasink_limits_follow_the_shard_writer_rule(tmp_path, limits):
     assert evr.EValueDatasink(tmp_path / "out", **{name: np.int32(3)}).max_records in (3, None)
 
 
+def test_min_rows_per_write_is_a_positive_integer(tmp_path):
+    """min_rows_per_write=0 or True was accepted and handed to Ray (attacker's remark,
+    round 20): now checked as max_records is, a TypeError / UsageError naming it."""
+    for bad, error in ((True, TypeError), (2.5, TypeError), (0, evs.UsageError)):
+        with pytest.raises(error, match="min_rows_per_write must be"):
+            evr.EValueDatasink(tmp_path / "out", min_rows_per_write=bad)
+    sink = evr.EValueDatasink(tmp_path / "out", min_rows_per_write=np.int64(7))
+    assert sink.min_rows_per_write == 7
+
+
 def test_shards_roll_at_max_bytes(cluster, tmp_path):
     """As ShardWriter's: a shard ends at the first records that reach the byte limit."""
     sink = evr.EValueDatasink(tmp_path / "out", max_bytes=20_000)

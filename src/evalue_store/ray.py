@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import numbers
 import os
 import re
 import shutil
@@ -74,8 +75,9 @@ class EValueDatasink(Datasink):
     as for fsspec). ``max_records``/``max_bytes`` roll each task's shards like
     ``ShardWriter``; ``metadata`` goes into every shard; other keywords (``compression``,
     ``alignment``...) go to each ``Writer``. Ray gives each write task at least
-    ``min_rows_per_write`` rows (default ``max_records``) and, with ``max_bytes``, about that
-    many bytes, so that many small blocks do not make as many small shards.
+    ``min_rows_per_write`` rows (an integer of at least 1; default ``max_records``) and, with
+    ``max_bytes``, about that many bytes, so that many small blocks do not make as many
+    small shards.
 
     Writing into a directory that already holds a manifest or shards of this ``prefix``
     raises FileExistsError unless ``overwrite``, which removes them first: a rerun must not
@@ -99,6 +101,11 @@ class EValueDatasink(Datasink):
         **writer_options: Any,
     ):
         check_limits(max_records, max_bytes)
+        rows = min_rows_per_write
+        if rows is not None and (isinstance(rows, bool) or not isinstance(rows, numbers.Integral)):
+            raise TypeError(f"min_rows_per_write must be an integer (or None), not {rows!r}")
+        if rows is not None and rows < 1:
+            raise UsageError(f"min_rows_per_write must be positive, not {rows}")
         if not prefix or "/" in prefix or os.sep in prefix:
             raise UsageError(f"prefix must be a file name prefix, not {prefix!r}")
         if metadata is not None and FIELDS_KEY in metadata:
