@@ -317,6 +317,18 @@ def test_min_rows_per_write_is_a_positive_integer(tmp_path):
     assert sink.min_rows_per_write == 7
 
 
+def test_a_target_that_is_a_file_is_refused_naming_it(cluster, tmp_path):
+    """A datasink path that is a regular file failed with NotADirectoryError naming
+    '<path>/.part-write-failed', the failure marker it then tried to leave (attacker's
+    remark, round 20). It names the path given, and nothing is written beside the file."""
+    target = tmp_path / "afile"
+    target.write_bytes(b"mine")
+    with pytest.raises(NotADirectoryError) as info:
+        ray.data.from_arrow(block(0, 5)).write_datasink(evr.EValueDatasink(target))
+    assert info.value.filename == str(target) and "write-failed" not in str(info.value)
+    assert target.read_bytes() == b"mine" and os.listdir(tmp_path) == ["afile"]
+
+
 def test_shards_roll_at_max_bytes(cluster, tmp_path):
     """As ShardWriter's: a shard ends at the first records that reach the byte limit."""
     sink = evr.EValueDatasink(tmp_path / "out", max_bytes=20_000)

@@ -71,13 +71,13 @@ __all__ = ["EValueDatasink", "EValueDatasource", "read_evalue_store"]
 class EValueDatasink(Datasink):
     """A Ray Data sink writing evalue_store shards and one manifest into ``path``.
 
-    ``path`` is a local directory or an fsspec URL (``storage_options`` or ``filesystem``
-    as for fsspec). ``max_records``/``max_bytes`` roll each task's shards like
-    ``ShardWriter``; ``metadata`` goes into every shard; other keywords (``compression``,
-    ``alignment``...) go to each ``Writer``. Ray gives each write task at least
-    ``min_rows_per_write`` rows (an integer of at least 1; default ``max_records``) and, with
-    ``max_bytes``, about that many bytes, so that many small blocks do not make as many
-    small shards.
+    ``path`` is a local directory (a file there is a NotADirectoryError naming it) or an
+    fsspec URL (``storage_options`` or ``filesystem`` as for fsspec). ``max_records`` /
+    ``max_bytes`` roll each task's shards like ``ShardWriter``; ``metadata`` goes into every
+    shard; other keywords (``compression``, ``alignment``...) go to each ``Writer``. Ray
+    gives each write task at least ``min_rows_per_write`` rows (an integer of at least 1;
+    default ``max_records``) and, with ``max_bytes``, about that many bytes, so that many
+    small blocks do not make as many small shards.
 
     Writing into a directory that already holds a manifest or shards of this ``prefix``
     raises FileExistsError unless ``overwrite``, which removes them first: a rerun must not
@@ -159,11 +159,11 @@ class EValueDatasink(Datasink):
                 + (f"{DIRECTORY_MANIFEST}" if has_manifest else f"shards such as {old[0]}")
                 + " from an earlier write (pass overwrite=True to replace it)"
             )
+        self.target.makedirs()  # first: a file there fails the write before it starts
         self._started = True
         if has_manifest:  # first: no reader may follow it to shards being replaced
             self.target.remove([DIRECTORY_MANIFEST])
         self.target.remove(old + [self.failed_marker])
-        self.target.makedirs()
 
     def write(self, blocks: Iterable[Any], ctx: Any) -> dict:
         """One write task: its blocks into its own shards. Returns what the manifest needs."""

@@ -3,6 +3,7 @@ or a directory of an fsspec filesystem, to which each finished file is uploaded 
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 from collections.abc import Iterable
@@ -29,6 +30,10 @@ class Target:
 
     def makedirs(self) -> None:
         if self.fs is None:
+            if os.path.lexists(self.root) and not os.path.isdir(self.root):
+                raise NotADirectoryError(
+                    errno.ENOTDIR, "a file, where shards need a directory", self.root
+                )
             os.makedirs(self.root, exist_ok=True)
         else:
             self.fs.makedirs(self.root, exist_ok=True)
