@@ -38,14 +38,14 @@ without field names get the columns "0", "1", ...
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence, Set
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from .dtypes import BFLOAT16, bfloat16_to_float32
 from .errors import EncodeError, Error, UsageError
-from .values import INT64_MAX, ListBool, ListDouble, ListInt
+from .values import INT64_MAX, ListBool, ListDouble, ListInt, is_sequence
 
 # --------------------------------------------------------------------------- Arrow -> values
 
@@ -170,9 +170,7 @@ def pick_columns(
     that is not a ``str``) is a TypeError; a name twice or not a field a UsageError."""
     if columns is None:
         return tuple(fields), tuple(range(len(fields)))
-    if isinstance(columns, (str, bytes, bytearray, Mapping, Set)) or not hasattr(
-        columns, "__len__"
-    ):
+    if not is_sequence(columns):
         raise TypeError(
             f"columns must be a sequence of field names, not {type(columns).__name__} "
             f"{columns!r:.200}"

@@ -127,6 +127,17 @@ def masked_problem(value: Any) -> str | None:
     return None
 
 
+# Not a collection of items in an order of its own: text is one value, not its letters; a
+# mapping or a set iterates in its keys' order (for strings, one the hash seed picks).
+NOT_A_SEQUENCE = (str, bytes, bytearray, memoryview, abc.Mapping, abc.Set, abc.MappingView)
+
+
+def is_sequence(value: Any) -> bool:
+    """Whether ``value`` is a sized collection of items in an order of its own (a list, a
+    tuple, an array, a range): what an argument listing names, positions or numbers takes."""
+    return hasattr(value, "__len__") and not isinstance(value, NOT_A_SEQUENCE)
+
+
 def as_array(value: Any) -> np.ndarray:
     """A numpy array for a tensor-like value (ndarray, torch.Tensor, nested lists)."""
     if isinstance(value, np.ndarray):
@@ -295,11 +306,7 @@ def _coerce(kind: Kind, value: Any) -> Any:
         return check_int(value)
     if kind is Kind.BOOL:
         return _check_bool(value)
-    if isinstance(
-        value, (str, bytes, bytearray, memoryview, abc.Mapping, abc.Set, abc.MappingView)
-    ) or not hasattr(value, "__iter__"):
-        # A set or a dict's keys have no order of their own to store (a set of strings
-        # iterates in an order the hash seed picks), so they are refused as unordered.
+    if isinstance(value, NOT_A_SEQUENCE) or not hasattr(value, "__iter__"):  # (a generator too)
         raise EncodeError(
             f"{_LIST_NAMES[kind]} needs a list (an ordered sequence), not {type(value).__name__}"
         )

@@ -12,7 +12,7 @@ named twice) a ValueError, a name the dataset lacks an ``InputMismatchError``.
 from __future__ import annotations
 
 import operator
-from collections.abc import Mapping, Sequence, Set
+from collections.abc import Sequence, Set
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +21,7 @@ import torch
 
 from ..dtypes import BFLOAT16
 from ..errors import InputMismatchError, UsageError
+from ..values import is_sequence
 from .program import InputSpec
 
 
@@ -114,7 +115,7 @@ def pick(
     default values 0, 1, ... of each record."""
     if chosen is None:
         return [Field(i, name_of(i, names), spec) for i, spec in enumerate(specs)]
-    if isinstance(chosen, (str, bytes, bytearray, Mapping, Set)) or not hasattr(chosen, "__len__"):
+    if not is_sequence(chosen):
         unordered = " (a set has no order: it cannot say which feeds which input)"
         raise TypeError(
             f"fields must be a sequence of field names or positions, one per input of "

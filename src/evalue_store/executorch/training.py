@@ -12,7 +12,7 @@ import numbers
 import os
 import signal
 import threading
-from collections.abc import Iterator, Mapping, Set
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from ..errors import UsageError
+from ..values import is_sequence
 from .binding import Batch, Binding, Data
 from .fields import as_count
 from .program import Program, program_bytes, program_digest, verified_program
@@ -220,7 +221,7 @@ class Trainer:
 
 def _losses(losses: Any) -> list[float]:
     """A state's loss log: a sequence of numbers (a str is a TypeError, not a log)."""
-    if isinstance(losses, (str, bytes, Mapping, Set)) or not hasattr(losses, "__len__"):
+    if not is_sequence(losses):
         raise TypeError(f"state losses must be a list of numbers, not {type(losses).__name__}")
     for k, loss in enumerate(losses):
         if isinstance(loss, (bool, np.bool_)) or not isinstance(
